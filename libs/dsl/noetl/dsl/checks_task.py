@@ -1,0 +1,260 @@
+"""Checks for a step's pipeline: labels, tasks, task policies and their directives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from noetl.dsl import legacy
+from noetl.dsl.checks_rules import read_rules
+from noetl.dsl.kinds import known_kinds
+from noetl.dsl.model import DO_VALUES
+from noetl.dsl.report import Report, describe, type_name
+from noetl.dsl.shapes import TaskEntry
+from noetl.dsl.yamlload import Path, fmt_path
+
+# template namespaces a label would hide (SEMANTICS §3); names starting with `_` are reserved too
+RESERVED_LABELS = frozenset(
+    {"workload", "ctx", "iter", "args", "keychain", "outcome", "event", "execution_id"}
+)
+POLICY_KEYS = ("rules", "on_unmatched", "mode", "before", "after", "finally")
+HOOKS = ("before", "after", "finally")
+THEN_KEYS = ("do", "attempts", "backoff", "delay", "max_delay", "to", "set_ctx", "set_iter")
+BACKOFFS = ("none", "fixed", "linear", "exponential")
+DO_LIST = ", ".join(DO_VALUES)
+
+
+@dataclass(frozen=True)
+class PipelineContext:
+    """What a task check needs to know about its surroundings."""
+
+    workbook: dict[str, Any] = field(default_factory=dict)  # workbook.tasks, when well-formed
+    parallel: bool = False  # the step's loop runs iterations at once
+
+
+def check_pipeline(entries: list[TaskEntry], ctx: PipelineContext, r: Report) -> None:
+    seen: dict[str, Path] = {}
+    for e in entries:
+        r.lines.alias(e.path, e.raw)
+        if e.problem is not None or e.body is None:
+            r.add(e.path, e.problem or "not a task")
+            continue
+        if e.label is None:
+            r.add(
+                (*e.path, "name"), f"a task name is a non-empty string, found {type_name(e.body.get('name'))}"
+            )
+            continue
+        if e.labelled and "name" in e.body and e.body["name"] != e.label:
+            r.add(
+                (*e.path, "name"),
+                f"task labelled {e.label!r} also has name {describe(e.body['name'])}: keep one of them",
+            )
+        if e.label in seen:
+            r.add(
+                e.path,
+                f"duplicate task label {e.label!r} in this pipeline (first at {fmt_path(seen[e.label])}): "
+                "labels must be unique within a step's `tool` list",
+            )
+        else:
+            seen[e.label] = e.path
+        if e.label in RESERVED_LABELS:
+            r.add(
+                e.path, f"task label {e.label!r} shadows the template namespace `{e.label}`: rename the task"
+            )
+        elif e.label.startswith("_"):
+            r.add(
+                e.path,
+                f"task label {e.label!r} starts with `_`, which is reserved for pipeline locals "
+                "(_prev, _task, _attempt): rename the task",
+            )
+    labels = frozenset(seen)
+    for e in entries:
+        if e.body is not None and e.problem is None:
+            check_task(e.body, e.path, labels, ctx, r)
+
+
+def check_task(
+    body: dict[str, Any],
+    path: Path,
+    labels: frozenset[str] | None,
+    ctx: PipelineContext,
+    r: Report,
+    *,
+    in_workbook: bool = False,
+) -> None:
+    """One task; ``labels`` is None for a workbook template (its jumps resolve where it is used)."""
+    kinds = known_kinds()
+    kind = body.get("kind")
+    if "kind" not in body:
+        r.add(path, f"a task needs `kind: <kind>` (known kinds: {', '.join(sorted(kinds))})")
+    elif not isinstance(kind, str) or kind not in kinds:
+        r.add(
+            (*path, "kind"), f"unknown task kind {describe(kind)}: known kinds are {', '.join(sorted(kinds))}"
+        )
+    for key, message in legacy.TASK_KEYS.items():
+        if key in body:
+            r.add((*path, key), message)
+    spec = body.get("spec")
+    if spec is not None and not isinstance(spec, dict):
+        r.add((*path, "spec"), f"a task `spec` is a mapping of knobs and `policy`, found {type_name(spec)}")
+    elif isinstance(spec, dict) and "policy" in spec:
+        check_task_policy(spec["policy"], (*path, "spec", "policy"), labels, ctx, r)
+    if kind == "workbook":
+        _check_workbook_ref(body, path, ctx, r, in_workbook)
+    elif kind == "playbook" and not (isinstance(body.get("path"), str) and body["path"]):
+        r.add((*path, "path"), "`kind: playbook` needs `path: <metadata.path of the playbook to run>`")
+
+
+def _check_workbook_ref(
+    body: dict[str, Any], path: Path, ctx: PipelineContext, r: Report, in_workbook: bool
+) -> None:
+    if in_workbook:
+        r.add((*path, "kind"), "a workbook task cannot itself be `kind: workbook`")
+        return
+    name = body.get("task")
+    if not isinstance(name, str) or not name:
+        r.add((*path, "task"), "`kind: workbook` needs `task: <name of an entry of workbook.tasks>`")
+    elif name not in ctx.workbook:
+        have = ", ".join(sorted(ctx.workbook)) or "none"
+        r.add((*path, "task"), f"workbook task {name!r} does not exist (workbook.tasks has: {have})")
+    elif ctx.parallel and not _has_own_rules(body) and _template_writes_ctx(ctx.workbook[name]):
+        r.add(
+            path,
+            f"workbook task {name!r} writes `set_ctx`, which is not allowed in a step whose loop is "
+            "`parallel` (iterations would race): use `set_iter`, or make the loop sequential",
+        )
+
+
+def _has_own_rules(body: dict[str, Any]) -> bool:
+    spec = body.get("spec")
+    return isinstance(spec, dict) and isinstance(spec.get("policy"), dict) and "rules" in spec["policy"]
+
+
+def _template_writes_ctx(template: Any) -> bool:
+    if not isinstance(template, dict) or not _has_own_rules(template):
+        return False
+    rules = template["spec"]["policy"]["rules"]
+    for rule in rules if isinstance(rules, list) else []:
+        if not isinstance(rule, dict):
+            continue
+        fallback = rule.get("else")
+        then = fallback.get("then") if isinstance(fallback, dict) else rule.get("then")
+        if isinstance(then, dict) and "set_ctx" in then:
+            return True
+    return False
+
+
+def check_task_policy(
+    policy: Any, path: Path, labels: frozenset[str] | None, ctx: PipelineContext, r: Report
+) -> None:
+    if not isinstance(policy, dict):
+        r.add(path, f"task `spec.policy` is a mapping with `rules`, found {type_name(policy)}")
+        return
+    for key in policy:
+        if key not in POLICY_KEYS:
+            r.add(
+                (*path, key),
+                f"unknown key {describe(key)} in task `spec.policy`: it has {', '.join(POLICY_KEYS)}",
+            )
+    if "rules" not in policy:
+        r.add(
+            path,
+            "task `spec.policy` needs `rules`: a list of `{when: ..., then: {do: ...}}` rules "
+            "(`- else: {then: {do: continue}}` for a default)",
+        )
+    else:
+        for _, parts in read_rules(policy["rules"], (*path, "rules"), r):
+            check_then(parts.then, parts.then_path, labels, ctx, r)
+    if "on_unmatched" in policy and policy["on_unmatched"] not in ("continue", "fail"):
+        r.add(
+            (*path, "on_unmatched"),
+            f"`on_unmatched` is `continue` or `fail`, found {describe(policy['on_unmatched'])}",
+        )
+    if "mode" in policy and policy["mode"] != "exclusive":
+        r.add(
+            (*path, "mode"),
+            f"task policy `mode` is `exclusive` (the first matching rule wins), found "
+            f"{describe(policy['mode'])}",
+        )
+    for hook in HOOKS:
+        if policy.get(hook) not in (None, []):
+            r.add(
+                (*path, hook),
+                f"`{hook}` is a reserved hook list and must be empty: put the work in a task of the pipeline",
+            )
+
+
+def check_then(then: Any, path: Path, labels: frozenset[str] | None, ctx: PipelineContext, r: Report) -> None:
+    if not isinstance(then, dict):
+        r.add(path, f"`then` is a mapping such as `{{do: continue}}`, found {type_name(then)}")
+        return
+    for key in then:
+        if key in legacy.THEN_KEYS:
+            r.add((*path, key), legacy.THEN_KEYS[key])
+        elif key not in THEN_KEYS:
+            r.add(
+                (*path, key),
+                f"unknown key {describe(key)} in a task rule's `then`: it has {', '.join(THEN_KEYS)}",
+            )
+    do = then.get("do", "continue")
+    if not isinstance(do, str) or do not in DO_VALUES:
+        r.add((*path, "do"), f"`then.do` {describe(do)} is not a directive: use one of {DO_LIST}")
+    if do == "jump":
+        _check_jump(then, path, labels, r)
+    elif "to" in then:
+        r.add((*path, "to"), "`to` is only used with `do: jump`")
+    _check_retry_knobs(then, path, r)
+    for key in ("set_ctx", "set_iter"):
+        if key in then and not isinstance(then[key], dict):
+            r.add((*path, key), f"`{key}` is a mapping of names to values, found {type_name(then[key])}")
+    if "set_ctx" in then and ctx.parallel:
+        r.add(
+            (*path, "set_ctx"),
+            "`set_ctx` is not allowed in a step whose loop is `parallel`: parallel "
+            "iterations would race on ctx; keep per-iteration state in `set_iter`, "
+            "or make the loop sequential",
+        )
+
+
+def _check_jump(then: dict[str, Any], path: Path, labels: frozenset[str] | None, r: Report) -> None:
+    to = then.get("to")
+    if "to" not in then:
+        r.add(path, "`do: jump` needs `to: <task label>` (a task of the same pipeline)")
+    elif not isinstance(to, str):
+        r.add((*path, "to"), f"`to` is a task label, found {type_name(to)}")
+    elif labels is not None and to not in labels:
+        have = ", ".join(sorted(labels)) or "none"
+        r.add(
+            (*path, "to"),
+            f"jump target {to!r} is not a task label in this pipeline (labels: {have}): "
+            "a jump stays inside its step's `tool` list",
+        )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_retry_knobs(then: dict[str, Any], path: Path, r: Report) -> None:
+    attempts = then.get("attempts")
+    if "attempts" in then and not (
+        isinstance(attempts, str)
+        or (isinstance(attempts, int) and not isinstance(attempts, bool) and attempts >= 1)
+    ):
+        r.add(
+            (*path, "attempts"),
+            f"`attempts` is a whole number of runs, at least 1 (the first run "
+            f"included), found {describe(attempts)}",
+        )
+    if "backoff" in then and then["backoff"] not in BACKOFFS:
+        r.add(
+            (*path, "backoff"),
+            f"`backoff` is one of {', '.join(BACKOFFS)}, found {describe(then['backoff'])}",
+        )
+    for key in ("delay", "max_delay"):
+        value = then.get(key)
+        if key in then and not (isinstance(value, str) or (_is_number(value) and value >= 0)):
+            r.add(
+                (*path, key),
+                f"`{key}` is a number of seconds (0 or more) or a template, found {describe(value)}",
+            )

@@ -1,0 +1,235 @@
+"""The user-facing v10 playbook document as pydantic models.
+
+These models are the published contract: the JSON Schema (``schema.py``) is generated from them,
+and validation runs them as a last net after its own checks (which give better messages and
+report every problem, so they run first). Where the DSL is closed (root, step, loop, next, arc,
+rules) the models forbid unknown keys; a task stays open, because each kind has fields of its own.
+Docstrings and descriptions here become the schema's descriptions, so they speak to playbook
+authors.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Template = Annotated[str, Field(description='A Jinja2 template, e.g. "{{ workload.api_url }}".')]
+When = Annotated[
+    str | bool,
+    Field(
+        description="A condition: a template that is true when its value is truthy (or a literal true/false)."
+    ),
+]
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class Metadata(_Open):
+    """Identity of the playbook; `path` is how other playbooks and the catalog refer to it."""
+
+    name: str = Field(min_length=1, description="Required name of the playbook.")
+    path: str | None = Field(None, description="Catalog path, e.g. examples/demo.")
+    version: str | int | float | None = Field(None, description="Version, kept as a string.")
+    description: str | None = None
+
+
+class KeychainEntry(_Open):
+    """A credential the playbook needs, resolved before the workflow starts; read as keychain.<name>."""
+
+    name: str = Field(min_length=1)
+    kind: str = Field(min_length=1, description="Credential kind, e.g. postgres_credential, secret.")
+
+
+class Executor(_Open):
+    """Runtime defaults; `spec` is the outermost layer of every task's effective spec."""
+
+    spec: dict[str, Any] | None = None
+
+
+class TaskThen(_Closed):
+    """What a matching task rule does: a directive plus optional ctx/iter patches."""
+
+    do: Literal["continue", "retry", "jump", "break", "fail"] = Field(
+        "continue",
+        description="continue: next task; retry: run the task again; jump: go to the task `to`; "
+        "break: end the pipeline successfully; fail: end it as failed.",
+    )
+    attempts: int | str | None = Field(
+        None, description="retry: maximum runs including the first (default 3)."
+    )
+    backoff: Literal["none", "fixed", "linear", "exponential"] | None = Field(
+        None, description="retry backoff."
+    )
+    delay: float | str | None = Field(
+        None, description="retry: seconds before the first retry (default 1.0)."
+    )
+    max_delay: float | str | None = Field(None, description="retry: cap on the delay.")
+    to: str | None = Field(None, description="jump: the label of a task in the same pipeline.")
+    set_ctx: dict[str, Any] | None = Field(None, description="Patch of the execution context `ctx`.")
+    set_iter: dict[str, Any] | None = Field(None, description="Patch of the loop iteration scope `iter`.")
+
+
+class TaskElse(_Closed):
+    then: TaskThen
+
+
+class TaskRule(_Closed):
+    """`{when, then}`, or the fallback `{else: {then}}` (also `{else: null, then}`); first match wins."""
+
+    when: When | None = None
+    then: TaskThen | None = None
+    else_: TaskElse | None = Field(None, alias="else")
+
+
+class TaskPolicy(_Closed):
+    """Worker-side outcome handling: the only place control actions are allowed."""
+
+    rules: list[TaskRule] = Field(description="Tried top to bottom; the first true `when` wins.")
+    on_unmatched: Literal["continue", "fail"] = Field("continue", description="When no rule matches.")
+    mode: Literal["exclusive"] = "exclusive"
+    before: list[Any] | None = Field(None, max_length=0, description="Reserved; must be empty.")
+    after: list[Any] | None = Field(None, max_length=0, description="Reserved; must be empty.")
+    finally_: list[Any] | None = Field(
+        None, alias="finally", max_length=0, description="Reserved; must be empty."
+    )
+
+
+class TaskSpec(_Open):
+    """Task knobs (timeout, max_task_runs, ...) layered over executor, step and loop specs."""
+
+    policy: TaskPolicy | None = None
+
+
+class Task(_Open):
+    """A task of a pipeline: `kind` plus the kind's own fields (url, query, code, args, result, ...)."""
+
+    name: str | None = Field(None, description="Label, unique in the pipeline (default task_<position>).")
+    kind: str = Field(
+        description="Task kind: http, postgres, duckdb, python, noop, playbook, workbook, secrets."
+    )
+    spec: TaskSpec | None = None
+
+
+LabelledTask = Annotated[
+    dict[str, Task],
+    Field(min_length=1, max_length=1, description="`- label: {kind: ...}`: the key is the label."),
+]
+
+
+class AdmitThen(_Closed):
+    allow: bool
+
+
+class AdmitElse(_Closed):
+    then: AdmitThen
+
+
+class AdmitRule(_Closed):
+    when: When | None = None
+    then: AdmitThen | None = None
+    else_: AdmitElse | None = Field(None, alias="else")
+
+
+class AdmitPolicy(_Closed):
+    """Server-side gate evaluated each time a token reaches the step; no match and no else: allow."""
+
+    mode: Literal["exclusive", "inclusive"] | None = None
+    rules: list[AdmitRule]
+
+
+class FailurePolicy(_Open):
+    mode: Literal["fail_fast", "best_effort"] = "fail_fast"
+
+
+class StepPolicy(_Open):
+    """Step-scope policy: admission and lifecycle hints, never control actions."""
+
+    admit: AdmitPolicy | None = None
+    failure: FailurePolicy | None = None
+
+
+class StepSpec(_Open):
+    policy: StepPolicy | None = None
+
+
+class LoopPolicy(_Open):
+    mode: Literal["sequential", "parallel"] | None = None
+    max_in_flight: int | None = Field(None, ge=1)
+
+
+class LoopSpec(_Open):
+    mode: Literal["sequential", "parallel"] | None = Field(None, description="Default sequential.")
+    max_in_flight: int | None = Field(None, ge=1, description="Parallel cap (default 16).")
+    policy: LoopPolicy | None = None
+
+
+class Loop(_Closed):
+    """Runs the step's pipeline once per element of `in`, each with its own `iter` scope."""
+
+    in_: Template | list[Any] = Field(alias="in", description="The list to iterate (usually a template).")
+    iterator: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Name of the element in `iter`.")
+    spec: LoopSpec | None = None
+
+
+class Arc(_Closed):
+    """An edge to another step; fires when `when` is true (default) and passes `args` as the token."""
+
+    step: str = Field(min_length=1)
+    when: When | None = None
+    args: dict[str, Any] | None = None
+    spec: dict[str, Any] | None = None
+
+
+class NextSpec(_Open):
+    mode: Literal["exclusive", "inclusive"] | None = Field(
+        None, description="exclusive (default): first matching arc; inclusive: all."
+    )
+    policy: dict[str, Any] | None = None
+
+
+class Next(_Closed):
+    """Server-side router evaluated on the step's terminal event."""
+
+    spec: NextSpec | None = None
+    arcs: list[Arc] = Field(min_length=1)
+
+
+class Step(_Closed):
+    """A Petri-net transition: admission gate, ordered pipeline, router. Needs `tool` or `next`."""
+
+    step: str = Field(min_length=1, description="Step name; `start` is the entry point.")
+    desc: str | None = None
+    spec: StepSpec | None = None
+    loop: Loop | None = None
+    tool: Task | list[Task | LabelledTask] | None = Field(
+        None, description="The pipeline: one task or a list."
+    )
+    next: Next | None = None
+
+
+class Workbook(_Closed):
+    """Reusable task templates, run with `kind: workbook, task: <name>`."""
+
+    tasks: dict[str, Task] | None = None
+
+
+class PlaybookDocument(_Closed):
+    """A NoETL playbook (DSL v10, apiVersion noetl.io/v2)."""
+
+    api_version: Literal["noetl.io/v2"] = Field(alias="apiVersion")
+    kind: Literal["Playbook"]
+    metadata: Metadata
+    keychain: list[KeychainEntry] | None = None
+    executor: Executor | None = None
+    workload: dict[str, Any] | None = Field(
+        None, description="Input defaults, merged with the request payload."
+    )
+    workflow: list[Step] = Field(min_length=1)
+    workbook: Workbook | None = None

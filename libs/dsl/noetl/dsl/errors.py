@@ -1,0 +1,155 @@
+"""One error tree for the whole engine, with stable ``kind`` strings.
+
+The same ``kind`` appears in task outcomes (``outcome.error.kind``), in events
+(``event.error.kind``), in the ``--json`` output and in messages, so users can route on it
+(``when: "{{ event.error.kind == 'retries_exhausted' }}"``) and it never changes meaning.
+
+    NoetlError                      kind
+    ├── PlaybookInvalidError        playbook_invalid      (validation; carries every Problem)
+    ├── TemplateError               template_error
+    ├── PolicyFailError             policy_fail
+    ├── RetriesExhaustedError       retries_exhausted
+    ├── TaskRunLimitError           task_run_limit
+    ├── LoopInNotListError          loop_in_not_list
+    ├── KeychainUnresolvedError     keychain_unresolved
+    ├── ToolError                   tool_error            (generic failure of a tool kind)
+    │   ├── HttpError               http_error
+    │   ├── TimeoutError_           timeout
+    │   ├── PostgresError           postgres_error
+    │   ├── DuckdbError             duckdb_error
+    │   ├── PythonError             python_error
+    │   └── ChildExecutionError     child_failed
+    ├── ResultStoreError            result_store_error
+    ├── WorkerLostError             worker_lost
+    └── RequestInvalidError         request_invalid
+
+Third-party exceptions are translated into this tree only at the boundary (the tool kinds and the
+adapters), never deep inside the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class NoetlError(Exception):
+    """Base of every error the engine reports to a user."""
+
+    kind: str = "error"
+    retryable: bool = False
+
+    def __init__(self, message: str, *, retryable: bool | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        if retryable is not None:
+            self.retryable = retryable
+        self.details = details
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire form used in outcomes and events: ``{kind, message, retryable, ...}``."""
+        out: dict[str, Any] = {"kind": self.kind, "message": self.message, "retryable": self.retryable}
+        out.update(self.details)
+        return out
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation problem: where it is and what to do about it."""
+
+    file: str
+    line: int
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.path or '<root>'}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "path": self.path, "message": self.message}
+
+
+class PlaybookInvalidError(NoetlError):
+    kind = "playbook_invalid"
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = list(problems)
+        text = "; ".join(str(p) for p in self.problems[:5])
+        more = f" (+{len(self.problems) - 5} more)" if len(self.problems) > 5 else ""
+        super().__init__(f"playbook is invalid: {text}{more}", problems=[p.to_dict() for p in self.problems])
+
+
+class TemplateError(NoetlError):
+    kind = "template_error"
+
+
+class PolicyFailError(NoetlError):
+    kind = "policy_fail"
+
+
+class RetriesExhaustedError(NoetlError):
+    kind = "retries_exhausted"
+
+
+class TaskRunLimitError(NoetlError):
+    kind = "task_run_limit"
+
+
+class LoopInNotListError(NoetlError):
+    kind = "loop_in_not_list"
+
+
+class KeychainUnresolvedError(NoetlError):
+    kind = "keychain_unresolved"
+
+
+class ToolError(NoetlError):
+    kind = "tool_error"
+
+
+class HttpError(ToolError):
+    kind = "http_error"
+
+
+class TimeoutError_(ToolError):  # trailing underscore: do not shadow the builtin
+    kind = "timeout"
+    retryable = True
+
+
+class PostgresError(ToolError):
+    kind = "postgres_error"
+
+
+class DuckdbError(ToolError):
+    kind = "duckdb_error"
+
+
+class PythonError(ToolError):
+    kind = "python_error"
+
+
+class ChildExecutionError(ToolError):
+    kind = "child_failed"
+
+
+class ResultStoreError(NoetlError):
+    kind = "result_store_error"
+
+
+class WorkerLostError(NoetlError):
+    kind = "worker_lost"
+
+
+class RequestInvalidError(NoetlError):
+    kind = "request_invalid"
+
+
+def all_error_kinds() -> dict[str, type[NoetlError]]:
+    """Every concrete kind in the tree; a test pins that kinds are unique and documented."""
+    out: dict[str, type[NoetlError]] = {}
+    stack: list[type[NoetlError]] = [NoetlError]
+    while stack:
+        cls = stack.pop()
+        out.setdefault(cls.kind, cls)
+        stack.extend(cls.__subclasses__())
+    return out

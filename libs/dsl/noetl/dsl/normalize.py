@@ -1,0 +1,171 @@
+"""Raw document → ``model.Playbook``: the one form the engine and worker run.
+
+Runs only on documents that passed validation, so it reads without re-checking; every choice
+the DSL leaves to defaults (task labels, modes, the fallback rule) is made here once, so the
+server and the worker never apply defaults of their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from noetl.dsl.model import (
+    Arc,
+    KeychainEntry,
+    Loop,
+    Metadata,
+    Next,
+    Playbook,
+    Policy,
+    Rule,
+    Step,
+    Task,
+)
+from noetl.dsl.shapes import task_entries
+from noetl.dsl.yamlload import LineMap, Path, fmt_path
+
+DEFAULT_MAX_IN_FLIGHT = 16
+_LOOP_KNOBS = ("mode", "max_in_flight", "policy")
+
+
+def _when(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "{{ true }}" if value else "{{ false }}"
+    return value
+
+
+def _rules(rules: list[Any], path: Path, *, task: bool) -> tuple[Rule, ...]:
+    out: list[Rule] = []
+    for i, rule in enumerate(rules):
+        if "else" in rule:
+            fallback = rule["else"]
+            then = fallback["then"] if isinstance(fallback, dict) else rule["then"]
+            when = None
+        else:
+            then, when = rule["then"], _when(rule["when"])
+        then = dict(then)
+        if task:
+            then.setdefault("do", "continue")
+        out.append(Rule(when=when, then=then, path=fmt_path((*path, i))))
+    return tuple(out)
+
+
+def _task_policy(spec: dict[str, Any], path: Path) -> Policy | None:
+    policy = spec.get("policy")
+    if not isinstance(policy, dict):
+        return None
+    ppath = (*path, "spec", "policy")
+    return Policy(
+        rules=_rules(policy["rules"], (*ppath, "rules"), task=True),
+        on_unmatched=policy.get("on_unmatched", "continue"),
+        path=fmt_path(ppath),
+    )
+
+
+def _without(mapping: Any, *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in mapping.items() if k not in keys} if isinstance(mapping, dict) else {}
+
+
+def _tasks(step: dict[str, Any], path: Path, lines: LineMap) -> tuple[Task, ...]:
+    out: list[Task] = []
+    for e in task_entries(step.get("step"), step.get("tool"), path):
+        body = e.body or {}
+        spec = body.get("spec") or {}
+        out.append(
+            Task(
+                name=e.label or "",
+                kind=body["kind"],
+                config=_without(body, "name", "kind", "spec"),
+                spec=_without(spec, "policy"),
+                policy=_task_policy(spec, e.path),
+                path=fmt_path(e.path),
+                line=lines.line(e.raw),
+            )
+        )
+    return tuple(out)
+
+
+def _loop(loop: dict[str, Any] | None, path: Path) -> Loop | None:
+    if loop is None:
+        return None
+    spec = loop.get("spec") or {}
+    policy = spec.get("policy") if isinstance(spec.get("policy"), dict) else {}
+    mode = spec.get("mode", policy.get("mode")) or "sequential"
+    cap = spec.get("max_in_flight", policy.get("max_in_flight")) or DEFAULT_MAX_IN_FLIGHT
+    return Loop(
+        in_=loop["in"],
+        iterator=loop["iterator"],
+        mode=mode,
+        max_in_flight=cap,
+        spec=_without(spec, *_LOOP_KNOBS),
+        path=fmt_path(path),
+    )
+
+
+def _next(nxt: dict[str, Any] | None, path: Path) -> Next | None:
+    if nxt is None:
+        return None
+    arcs = tuple(
+        Arc(
+            step=arc["step"],
+            when=_when(arc.get("when")),
+            args=arc.get("args"),
+            spec=arc.get("spec"),
+            path=fmt_path((*path, "arcs", k)),
+        )
+        for k, arc in enumerate(nxt["arcs"])
+    )
+    mode = (nxt.get("spec") or {}).get("mode") or "exclusive"
+    return Next(mode=mode, arcs=arcs, path=fmt_path(path))
+
+
+def _step(step: dict[str, Any], i: int, lines: LineMap) -> Step:
+    path: Path = ("workflow", i)
+    spec = step.get("spec") or {}
+    policy = spec.get("policy") or {}
+    admit = policy.get("admit")
+    failure = policy.get("failure") or {}
+    return Step(
+        name=step["step"],
+        desc=step.get("desc"),
+        spec=_without(spec, "policy"),
+        admit=None
+        if admit is None
+        else Policy(
+            rules=_rules(admit["rules"], (*path, "spec", "policy", "admit", "rules"), task=False),
+            path=fmt_path((*path, "spec", "policy", "admit")),
+        ),
+        failure_mode=failure.get("mode", "fail_fast"),
+        loop=_loop(step.get("loop"), (*path, "loop")),
+        tool=_tasks(step, path, lines),
+        next=_next(step.get("next"), (*path, "next")),
+        path=fmt_path(path),
+        line=lines.line(path),
+    )
+
+
+def normalize(doc: dict[str, Any], lines: LineMap, *, source: str, file: str) -> Playbook:
+    """Build the normalized playbook from a document that passed validation."""
+    meta = doc["metadata"]
+    version = meta.get("version")
+    workbook = doc.get("workbook") or {}
+    return Playbook(
+        metadata=Metadata(
+            name=meta["name"],
+            path=meta.get("path"),
+            version=None if version is None else str(version),
+            description=meta.get("description"),
+        ),
+        keychain=tuple(
+            KeychainEntry(name=k["name"], kind=k["kind"], extra=_without(k, "name", "kind"))
+            for k in doc.get("keychain") or []
+        ),
+        executor=doc.get("executor") or {},
+        workload=doc.get("workload") or {},
+        workflow=tuple(_step(step, i, lines) for i, step in enumerate(doc["workflow"])),
+        workbook=dict(workbook.get("tasks") or {}),
+        source=source,
+        file=file,
+        digest=hashlib.sha256(source.encode("utf-8")).hexdigest(),
+    )

@@ -1,0 +1,300 @@
+"""Work and size limits for template evaluation.
+
+Templates come from playbooks, and playbooks are user input that the server evaluates while it
+folds events: one ``{{ 'x' * 10**9 }}`` or ``{% for i in range(10**5) %}{% for j in ... %}``
+would stall every execution that server handles. The sandbox stops templates from reaching
+Python internals but not from building huge values or spinning, so every place where a
+template can amplify a value (operators, the padding/joining string methods, the filters with a
+width or a fill, ``range``) is checked *before* the value is built, and the work a single
+render may do (loop iterations plus calls) is counted. The checks estimate conservatively and
+cheaply; a value the template merely reads from its context is never measured, because it is
+data the engine already holds.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jinja2.runtime import Undefined
+
+
+class LimitExceeded(Exception):
+    """A template tried to build too much or to work too long (reported as a template_error)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_chars: int = 1 << 20        # characters of a rendered or built string (weight of a built list)
+    max_range: int = 100_000        # items of one range()
+    max_ops: int = 1_000_000        # loop iterations plus calls in one render
+
+
+def weight(value: Any, cap: int) -> int:
+    """Approximate size of a value: string lengths plus one per item; stops counting past ``cap``.
+
+    Deliberately rough: it is a guard against amplification, not an accounting of memory.
+    """
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (str, bytes)):
+            total += len(item)
+        elif isinstance(item, Mapping):
+            total += len(item)
+            if total <= cap:
+                stack.extend(item.keys())
+                stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            total += len(item)
+            if total <= cap:
+                stack.extend(item)
+        else:
+            total += 1
+        if total > cap:
+            return total
+    return total
+
+
+def too_big(limits: Limits, what: str) -> LimitExceeded:
+    return LimitExceeded(f"{what} exceeds the template size limit ({limits.max_chars} characters)")
+
+
+def check_size(limits: Limits, size: int, what: str = "the value") -> None:
+    if size > limits.max_chars:
+        raise too_big(limits, what)
+
+
+def check_built(limits: Limits, value: Any) -> Any:
+    """After a call: refuse a built string or collection past the limit (catches what no
+    pre-check anticipated, before it travels further)."""
+    if isinstance(value, (str, bytes, list, tuple, dict)) and len(value) > limits.max_chars:
+        raise too_big(limits, f"a {type(value).__name__} of {len(value)} items")
+    return value
+
+
+def spend(context: Any, limits: Limits) -> None:
+    """Count one unit of work (a loop iteration or a call) against the render's budget."""
+    left = context.noetl_ops - 1
+    context.noetl_ops = left
+    if left < 0:
+        raise LimitExceeded(f"the template does too much work (more than {limits.max_ops} loop "
+                            "iterations and calls in one render)")
+
+
+def guarded_range(limits: Limits) -> Callable[..., range]:
+    def range_(*args: int) -> range:
+        rng = range(*args)
+        if len(rng) > limits.max_range:
+            raise LimitExceeded(f"range of {len(rng)} items exceeds the limit ({limits.max_range})")
+        return rng
+
+    return range_
+
+
+def guarded_iter(limits: Limits) -> Callable[[Any, Any], Iterable[Any]]:
+    """The ``for`` loop wrapper: every iteration spends one unit of the render's budget."""
+
+    def iterate(context: Any, iterable: Any) -> Iterable[Any]:
+        if isinstance(iterable, Undefined):
+            iterable._fail_with_undefined_error()
+        for item in iterable:
+            spend(context, limits)
+            yield item
+
+    return iterate
+
+
+# -- operators --------------------------------------------------------------------------------
+
+_SEQ = (str, bytes, list, tuple)
+_PRINTF = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
+
+
+def binop(limits: Limits, operator: str, left: Any, right: Any) -> Any:
+    """``+ * ** %`` with the size of the result checked before it is computed."""
+    cap = limits.max_chars
+    if operator == "+":
+        if isinstance(left, _SEQ) and isinstance(right, _SEQ):
+            check_size(limits, weight(left, cap) + weight(right, cap), "a concatenation")
+        return left + right
+    if operator == "*":
+        if isinstance(left, int) and isinstance(right, int):
+            check_size(limits, (left.bit_length() + right.bit_length()) // 8, "an integer product")
+        elif isinstance(left, _SEQ) and isinstance(right, int) and right > 0:
+            check_size(limits, weight(left, cap) * right, "a repeated sequence")
+        elif isinstance(right, _SEQ) and isinstance(left, int) and left > 0:
+            check_size(limits, weight(right, cap) * left, "a repeated sequence")
+        return left * right
+    if operator == "**":
+        if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
+            check_size(limits, right * abs(left).bit_length() // 8, "a power")
+        return left**right
+    if operator == "%":
+        if isinstance(left, str):
+            check_printf(limits, left, right)
+            return check_built(limits, left % right)
+        return left % right
+    raise ValueError(f"operator {operator!r} is not intercepted")
+
+
+def check_printf(limits: Limits, fmt: str, values: Any) -> None:
+    """A printf width or precision is an amplifier (``'%0999999999d' % 1``): bound it."""
+    star = False
+    for width, precision in _PRINTF.findall(fmt):
+        for n in (width, precision):
+            if n == "*":
+                star = True
+            elif n and int(n) > limits.max_chars:
+                raise too_big(limits, f"a format width of {n}")
+    if star:
+        seq = values if isinstance(values, tuple) else (values,)
+        for v in seq:
+            if isinstance(v, int) and v > limits.max_chars:
+                raise too_big(limits, f"a format width of {v}")
+
+
+def check_format_spec(limits: Limits, spec: str) -> None:
+    """The ``str.format`` counterpart of :func:`check_printf` (``'{:>999999999}'``)."""
+    for n in re.findall(r"\d+", spec):
+        if int(n) > limits.max_chars:
+            raise too_big(limits, f"a format width of {n}")
+
+
+# -- methods ----------------------------------------------------------------------------------
+
+
+def _arg(args: tuple[Any, ...], kwargs: Mapping[str, Any], i: int, name: str, default: Any) -> Any:
+    return args[i] if len(args) > i else kwargs.get(name, default)
+
+
+def _replace_size(s: str | bytes, old: Any, new: Any, count: Any) -> int:
+    if not isinstance(old, (str, bytes)) or not isinstance(new, (str, bytes)):
+        return len(s)
+    hits = len(s) + 1 if not old else s.count(old)  # type: ignore[arg-type]
+    if isinstance(count, int) and count >= 0:
+        hits = min(hits, count)
+    return len(s) + hits * max(len(new) - len(old), 0)
+
+
+def precheck_method(limits: Limits, owner: Any, name: str, args: tuple[Any, ...],
+                    kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Bound the string methods that can multiply their input, before they run.
+
+    Returns the arguments to call with (``join`` materializes its iterable to measure it).
+    """
+    cap = limits.max_chars
+    if isinstance(owner, int):
+        if name == "to_bytes":
+            check_size(limits, _int(_arg(args, kwargs, 0, "length", 1)), "to_bytes()")
+        return args
+    if name in ("center", "ljust", "rjust", "zfill"):
+        check_size(limits, _int(_arg(args, kwargs, 0, "width", 0)), f"{name}()")
+    elif name == "expandtabs":
+        tab = _int(_arg(args, kwargs, 0, "tabsize", 8))
+        tabs = owner.count("\t" if isinstance(owner, str) else b"\t")
+        check_size(limits, len(owner) + tabs * tab, "expandtabs()")
+    elif name == "replace" and len(args) >= 2:
+        count = _arg(args, kwargs, 2, "count", -1)
+        check_size(limits, _replace_size(owner, args[0], args[1], count), "replace()")
+    elif name == "join" and args:
+        items = list(args[0])
+        check_size(limits, weight(items, cap) + len(owner) * len(items), "join()")
+        return (items, *args[1:])
+    elif name == "translate" and args and isinstance(args[0], Mapping):
+        widest = max((len(v) for v in args[0].values() if isinstance(v, (str, bytes))), default=1)
+        check_size(limits, len(owner) * widest, "translate()")
+    return args
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+# -- filters ----------------------------------------------------------------------------------
+
+
+def _pre_center(limits: Limits, value: Any, width: Any = 80, *_: Any, **__: Any) -> None:
+    check_size(limits, _int(width), "center")
+
+
+def _pre_indent(limits: Limits, s: Any, width: Any = 4, *_: Any, **__: Any) -> None:
+    text = str(s)
+    step = len(width) if isinstance(width, str) else _int(width)
+    check_size(limits, len(text) + (text.count("\n") + 1) * step, "indent")
+
+
+def _pre_wordwrap(limits: Limits, s: Any, width: Any = 79, _long: Any = True, wrapstring: Any = None,
+                  *_: Any, **__: Any) -> None:
+    text = str(s)
+    lines = len(text) // max(_int(width), 1) + text.count("\n") + 1
+    check_size(limits, len(text) + lines * len(str(wrapstring or "\n")), "wordwrap")
+
+
+def _pre_format(limits: Limits, value: Any, *args: Any, **kwargs: Any) -> None:
+    check_printf(limits, str(value), tuple(args))
+
+
+def _pre_replace(limits: Limits, s: Any, old: Any = "", new: Any = "", count: Any = None,
+                 *_: Any, **__: Any) -> None:
+    check_size(limits, _replace_size(str(s), old, new, count), "replace")
+
+
+def _pre_tojson(limits: Limits, value: Any, indent: Any = None, *_: Any, **__: Any) -> None:
+    if isinstance(indent, int) and indent > 16:
+        raise LimitExceeded(f"tojson indent {indent} is larger than 16")
+
+
+def _pre_count(name: str, index: int) -> Callable[..., None]:
+    def pre(limits: Limits, *args: Any, **kwargs: Any) -> None:
+        n = args[index] if len(args) > index else kwargs.get(name, 0)
+        check_size(limits, _int(n), name)
+
+    return pre
+
+
+_PRECHECKS: dict[str, tuple[int, Callable[..., None]]] = {
+    # filter name: (number of leading pass_* arguments, pre-check)
+    "center": (0, _pre_center),
+    "indent": (0, _pre_indent),
+    "wordwrap": (1, _pre_wordwrap),
+    "format": (0, _pre_format),
+    "replace": (1, _pre_replace),
+    "tojson": (1, _pre_tojson),
+    "batch": (0, _pre_count("linecount", 1)),
+    "slice": (1, _pre_count("slices", 1)),
+}
+
+
+def guard_filters(filters: dict[str, Callable[..., Any]], limits: Limits) -> None:
+    """Replace the amplifying filters by checked ones (in place, on one environment's table)."""
+    for name, (skip, pre) in _PRECHECKS.items():
+        filters[name] = _checked_filter(filters[name], skip, pre, limits)
+    filters["join"] = _checked_join(filters["join"], limits)
+
+
+def _checked_filter(orig: Callable[..., Any], skip: int, pre: Callable[..., None],
+                    limits: Limits) -> Callable[..., Any]:
+    @functools.wraps(orig)  # keeps jinja_pass_arg, so Jinja still passes the context first
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        pre(limits, *args[skip:], **kwargs)
+        return check_built(limits, orig(*args, **kwargs))
+
+    return checked
+
+
+def _checked_join(orig: Callable[..., Any], limits: Limits) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    def checked(eval_ctx: Any, value: Any, d: Any = "", attribute: Any = None) -> Any:
+        if isinstance(value, Undefined):
+            value._fail_with_undefined_error()
+        items = list(value)
+        sep = len(d) if isinstance(d, str) else 0
+        check_size(limits, weight(items, limits.max_chars) + sep * len(items), "join")
+        return check_built(limits, orig(eval_ctx, items, d, attribute))
+
+    return checked

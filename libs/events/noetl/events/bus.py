@@ -1,0 +1,112 @@
+"""Connecting, publishing with deterministic ids, and reading an execution's events back.
+
+Reads use an ephemeral pull consumer whose creation reply tells how many messages match, so a
+read ends exactly when it has them all instead of waiting for a time-out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from noetl.events import subjects as s
+from noetl.events.envelope import dumps, loads
+
+
+async def _quiet_error_cb(e: Exception) -> None:  # reconnect chatter is logged elsewhere
+    return None
+
+
+async def connect(url: str, *, name: str = "noetl", **opts: Any) -> NATS:
+    """Connect with reconnects forever: a restarted nats-server must not stop a service."""
+    kw: dict[str, Any] = {
+        "name": name,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 0.2,
+        "error_cb": _quiet_error_cb,
+        "connect_timeout": 5,
+    }
+    user, password = os.environ.get("NOETL_NATS_USER"), os.environ.get("NOETL_NATS_PASSWORD")
+    if user:
+        kw.update(user=user, password=password)
+    if os.environ.get("NOETL_NATS_TOKEN"):
+        kw["token"] = os.environ["NOETL_NATS_TOKEN"]
+    if os.environ.get("NOETL_NATS_CREDS"):
+        kw["user_credentials"] = os.environ["NOETL_NATS_CREDS"]
+    kw.update(opts)
+    return await nats.connect(url, **kw)
+
+
+async def publish_all(js: JetStreamContext, messages: Iterable[tuple[str, bytes, str]]) -> None:
+    """Publish (subject, data, msg_id) in order and wait for every ack.
+
+    The publishes go out back to back on one connection, so the stream stores them in this order;
+    waiting for the acks together costs one round trip instead of one per message.
+    """
+    futures = [
+        await js.publish_async(subject, data, headers={"Nats-Msg-Id": msg_id})
+        for subject, data, msg_id in messages
+    ]
+    if futures:
+        await asyncio.gather(*futures)
+
+
+async def read_messages(
+    js: JetStreamContext,
+    stream: str,
+    filters: list[str],
+    *,
+    before_seq: int | None = None,
+    start_seq: int | None = None,
+) -> list[tuple[int, Any]]:
+    """Every message of ``stream`` matching ``filters`` (stream order), as (seq, decoded JSON)."""
+    cfg = ConsumerConfig(
+        ack_policy=AckPolicy.NONE,
+        inactive_threshold=30.0,
+        mem_storage=True,
+        max_ack_pending=-1,
+        deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start_seq else DeliverPolicy.ALL,
+        opt_start_seq=start_seq,
+    )
+    if len(filters) == 1:
+        cfg.filter_subject = filters[0]
+    else:
+        cfg.filter_subjects = filters
+    info = await js.add_consumer(stream, cfg)
+    remaining = info.num_pending or 0
+    out: list[tuple[int, Any]] = []
+    if remaining:
+        sub = await js.pull_subscribe_bind(consumer=info.name, stream=stream)
+        try:
+            while remaining > 0:
+                msgs = await sub.fetch(min(remaining, 512), timeout=10)
+                for m in msgs:
+                    remaining -= 1
+                    seq = m.metadata.sequence.stream
+                    if before_seq is not None and seq >= before_seq:
+                        remaining = 0
+                        break
+                    out.append((seq, loads(m.data)))
+        finally:
+            await sub.unsubscribe()
+    try:
+        await js.delete_consumer(stream, info.name)
+    except Exception:
+        pass
+    return out
+
+
+async def read_execution_events(js: JetStreamContext, execution_id: str) -> list[dict[str, Any]]:
+    return [e for _, e in await read_messages(js, s.EVENTS_STREAM, [s.execution_events_filter(execution_id)])]
+
+
+async def publish_event(js: JetStreamContext, event: dict[str, Any], partition: int = 0) -> None:
+    subject = s.event_subject(partition, event["execution_id"], event["name"])
+    await js.publish(subject, dumps(event), headers={"Nats-Msg-Id": event["event_id"]})

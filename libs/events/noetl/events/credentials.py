@@ -1,0 +1,205 @@
+"""The keychain store: named credentials in the NATS KV bucket ``noetl_credentials``.
+
+Values are encrypted at rest with Fernet (AES-128-CBC + HMAC-SHA256), so the bucket, its
+history and the JetStream files on disk hold no secret in clear. The key comes from the caller,
+else ``NOETL_CREDENTIALS_KEY``, else the file named by ``NOETL_CREDENTIALS_KEY_FILE``; several
+comma-separated keys are accepted for rotation (the first encrypts, any decrypts).
+
+A store opened without a key can still say which entries exist and of what kind (that part of
+an entry is stored in clear: the server checks a playbook's keychain before it starts without
+ever holding a secret); reading or writing a value then fails with a message saying what to
+set. Each encrypted value also carries its entry's name, so a ciphertext copied under another
+name is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from nats.js import JetStreamContext
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError
+from nats.js.kv import KeyValue
+
+from noetl.dsl.errors import KeychainUnresolvedError
+
+BUCKET = "noetl_credentials"
+KEY_ENV = "NOETL_CREDENTIALS_KEY"
+KEY_FILE_ENV = "NOETL_CREDENTIALS_KEY_FILE"
+_NAME = re.compile(r"^[A-Za-z0-9_][-A-Za-z0-9_.=]*$")
+_HOW = f"set {KEY_ENV} (or {KEY_FILE_ENV}) to the key the credentials were stored with"
+
+
+def generate_key() -> str:
+    """A new random key, in the form ``NOETL_CREDENTIALS_KEY`` takes."""
+    return Fernet.generate_key().decode("ascii")
+
+
+def _key_text(key: bytes | str | None) -> str | None:
+    if key:
+        return key.decode("ascii") if isinstance(key, bytes) else key
+    if os.environ.get(KEY_ENV):
+        return os.environ[KEY_ENV]
+    path = os.environ.get(KEY_FILE_ENV)
+    if path:
+        try:
+            return Path(path).read_text().strip() or None
+        except OSError as exc:
+            raise KeychainUnresolvedError(f"{KEY_FILE_ENV}={path} cannot be read: {exc.strerror}") from None
+    return None
+
+
+def _cipher(key: bytes | str | None) -> MultiFernet | None:
+    text = _key_text(key)
+    if text is None:
+        return None
+    try:
+        return MultiFernet([Fernet(k.strip().encode("ascii")) for k in text.split(",") if k.strip()])
+    except (ValueError, UnicodeEncodeError):
+        raise KeychainUnresolvedError(
+            f"the credentials key is not a valid Fernet key (32 url-safe base64-encoded bytes); "
+            f"check {KEY_ENV} or {KEY_FILE_ENV}") from None
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"credential name {name!r} is invalid: use letters, digits, '_', '-', '.' and '='")
+    return name
+
+
+class CredentialStore:
+    """Put, get, delete and list keychain entries ``{kind, data}`` by name."""
+
+    def __init__(self, kv: KeyValue, cipher: MultiFernet | None) -> None:
+        self.kv = kv
+        self._cipher = cipher
+
+    @classmethod
+    async def open(cls, js: JetStreamContext, key: bytes | str | None = None) -> CredentialStore:
+        """Open the bucket, creating it when missing; the key as described in the module doc."""
+        cipher = _cipher(key)
+        try:
+            kv = await js.key_value(BUCKET)
+        except BucketNotFoundError:
+            kv = await js.create_key_value(bucket=BUCKET, history=5)
+        return cls(kv, cipher)
+
+    @property
+    def can_decrypt(self) -> bool:
+        return self._cipher is not None
+
+    def _need_cipher(self, name: str, doing: str) -> MultiFernet:
+        if self._cipher is None:
+            raise KeychainUnresolvedError(f"cannot {doing} credential '{name}': no credentials key; {_HOW}",
+                                          entry=name)
+        return self._cipher
+
+    async def put(self, name: str, kind: str, data: dict[str, Any]) -> None:
+        cipher = self._need_cipher(check_name(name), "store")
+        secret = json.dumps({"name": name, "data": data}, separators=(",", ":")).encode()
+        record = {"kind": kind, "token": cipher.encrypt(secret).decode("ascii")}
+        await self.kv.put(name, json.dumps(record).encode())
+
+    async def _record(self, name: str) -> dict[str, Any] | None:
+        try:
+            entry = await self.kv.get(check_name(name))
+        except KeyNotFoundError:  # also KeyDeletedError
+            return None
+        if not entry.value:
+            return None
+        return json.loads(entry.value)
+
+    async def exists(self, name: str) -> bool:
+        """Whether ``name`` is stored; needs no key."""
+        return await self._record(name) is not None
+
+    async def get(self, name: str) -> dict[str, Any] | None:
+        """``{"kind", "data"}``, or None when there is no such entry."""
+        record = await self._record(name)
+        if record is None:
+            return None
+        cipher = self._need_cipher(name, "read")
+        try:
+            secret = json.loads(cipher.decrypt(record["token"].encode("ascii")))
+        except (InvalidToken, KeyError, ValueError):
+            raise KeychainUnresolvedError(
+                f"credential '{name}' cannot be decrypted with this key: check {KEY_ENV} ({_HOW})",
+                entry=name) from None
+        if secret.get("name") != name:
+            raise KeychainUnresolvedError(
+                f"credential '{name}' holds a value stored under another name; store it again", entry=name)
+        return {"kind": record.get("kind"), "data": secret.get("data")}
+
+    async def resolve(self, names: Iterable[str]) -> dict[str, Any]:
+        """``{name: data}`` for every name, or one error naming every entry that is missing."""
+        out: dict[str, Any] = {}
+        missing: list[str] = []
+        for name in names:
+            got = await self.get(name)
+            if got is None:
+                missing.append(name)
+            else:
+                out[name] = got["data"]
+        if missing:
+            raise KeychainUnresolvedError(
+                f"keychain entr{'y' if len(missing) == 1 else 'ies'} not found in the credential store: "
+                f"{', '.join(missing)}", entries=missing)
+        return out
+
+    async def delete(self, name: str) -> None:
+        """Remove the entry with every stored revision (an old value must not linger in history)."""
+        await self.kv.purge(check_name(name))
+
+    async def list(self) -> list[dict[str, Any]]:
+        """``[{name, kind}]`` sorted by name; never a value."""
+        try:
+            names = await self.kv.keys()
+        except NoKeysError:
+            return []
+        out = []
+        for name in sorted(set(names)):
+            record = await self._record(name)
+            if record is not None:
+                out.append({"name": name, "kind": record.get("kind")})
+        return out
+
+
+def load_credentials_file(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """Read ``name: {kind, data}`` YAML (the ``noetl run --credentials`` format).
+
+    ``kind`` defaults to ``secret``; ``data`` must be a mapping. Errors name the file and the
+    entry, never a value.
+    """
+    where = str(path)
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read credentials file: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise ValueError(f"{where}:{line}: credentials file is not valid YAML") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ValueError(f"{where}: a credentials file is a mapping name: {{kind, data}}")
+    out: dict[str, dict[str, Any]] = {}
+    for name, entry in doc.items():
+        name = str(name)
+        check_name(name)
+        if not isinstance(entry, dict) or not isinstance(entry.get("data", None), dict):
+            raise ValueError(f"{where}: credential '{name}' needs `data`: a mapping of its fields")
+        kind = entry.get("kind", "secret")
+        if not isinstance(kind, str) or not kind:
+            raise ValueError(f"{where}: credential '{name}': `kind` must be a string")
+        unknown = set(entry) - {"kind", "data"}
+        if unknown:
+            raise ValueError(f"{where}: credential '{name}': unknown field(s) {sorted(unknown)}")
+        out[name] = {"kind": kind, "data": entry["data"]}
+    return out

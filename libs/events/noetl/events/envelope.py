@@ -1,0 +1,106 @@
+"""The event envelope (SEMANTICS.md §10) and the command a worker runs.
+
+Wire models are open-world: unknown fields are ignored and ``schema_version`` travels along, so
+an older and a newer service can run side by side during a rolling upgrade. The hot path builds
+them as plain dicts (``make_event``) and validates with the models only at the edges.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Source = Literal["server", "worker"]
+EntityType = Literal["playbook", "workflow", "step", "task", "loop", "next"]
+Status = Literal["in_progress", "success", "error", "skipped"]
+
+
+class Event(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    event_id: str
+    execution_id: str
+    timestamp: str
+    source: Source
+    name: str
+    entity_type: EntityType
+    entity_id: str
+    status: Status
+    payload: dict[str, Any] = Field(default_factory=dict)
+    step_run_id: str | None = None
+    task_run_id: str | None = None
+    parent_execution_id: str | None = None
+    trace_id: str | None = None
+    cause_id: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+
+class Command(BaseModel):
+    """One step run (or one loop iteration) for one worker."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    command_id: str
+    execution_id: str
+    pool: str
+    step: str
+    step_run_id: str
+    index: int | None = None  # loop iteration index
+    iter: dict[str, Any] | None = None  # initial iter scope of a loop iteration
+    args: dict[str, Any] = Field(default_factory=dict)
+    ctx: dict[str, Any] = Field(default_factory=dict)
+    workload: dict[str, Any] = Field(default_factory=dict)
+    playbook_digest: str
+    parent_execution_id: str | None = None
+    trace_id: str | None = None
+    timestamp: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+
+def make_event(
+    *,
+    event_id: str,
+    execution_id: str,
+    timestamp: str,
+    source: Source,
+    name: str,
+    entity_type: EntityType,
+    entity_id: str,
+    status: Status,
+    payload: dict[str, Any] | None = None,
+    step_run_id: str | None = None,
+    task_run_id: str | None = None,
+    parent_execution_id: str | None = None,
+    trace_id: str | None = None,
+    cause_id: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "event_id": event_id,
+        "execution_id": execution_id,
+        "timestamp": timestamp,
+        "source": source,
+        "name": name,
+        "entity_type": entity_type,
+        "entity_id": entity_id,
+        "status": status,
+        "payload": payload or {},
+        "step_run_id": step_run_id,
+        "task_run_id": task_run_id,
+        "parent_execution_id": parent_execution_id,
+        "trace_id": trace_id,
+        "cause_id": cause_id,
+        "schema_version": SCHEMA_VERSION,
+    }
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact JSON; values that JSON cannot hold become strings rather than crashing a service."""
+    return json.dumps(obj, separators=(",", ":"), default=str, ensure_ascii=False).encode()
+
+
+def loads(data: bytes | str) -> Any:
+    return json.loads(data)

@@ -1,0 +1,92 @@
+"""Every subject, stream, consumer and bucket name of the public NATS contract.
+
+Users script against these names (``nats stream view NOETL_EVENTS``, ``nats sub
+'noetl.events.*.*.workflow.finished'``), so they are API: this is the only module that builds or
+parses them, and ``docs/nats-contract.md`` lists them. Change them only on purpose.
+"""
+
+from __future__ import annotations
+
+EVENTS_STREAM = "NOETL_EVENTS"
+COMMANDS_STREAM = "NOETL_COMMANDS"
+REQUESTS_STREAM = "NOETL_REQUESTS"
+
+REQUEST_SUBJECT = "noetl.requests.execute"
+REQUESTS_FILTER = "noetl.requests.>"
+EVENTS_FILTER = "noetl.events.>"
+COMMANDS_FILTER = "noetl.commands.>"
+
+ITER_BUCKET = "noetl_iter"
+CATALOG_BUCKET = "noetl_catalog"
+CREDENTIALS_BUCKET = "noetl_credentials"
+SERVER_BUCKET = "noetl_server"
+RESULTS_BUCKET = "noetl_results"
+
+DEFAULT_POOL = "default"
+
+# The events the server decides on. Everything else in the log (step.started, task.*, and the
+# server's own decisions) is there for people and tools, not as input to the engine.
+SERVER_INPUT_EVENTS: tuple[str, ...] = (
+    "playbook.execution.requested",
+    "step.done",
+    "step.failed",
+    "loop.iteration.done",
+    "loop.iteration.failed",
+)
+
+
+def partition_of(execution_id: str, partitions: int = 1) -> int:
+    """A small stable integer, so server replicas can split executions without overlap."""
+    if partitions <= 1:
+        return 0
+    return int(execution_id[:8], 16) % partitions
+
+
+def event_subject(partition: int, execution_id: str, name: str) -> str:
+    return f"noetl.events.{partition}.{execution_id}.{name}"
+
+
+def execution_events_filter(execution_id: str) -> str:
+    return f"noetl.events.*.{execution_id}.>"
+
+
+def execution_event_filter(execution_id: str, name: str) -> str:
+    return f"noetl.events.*.{execution_id}.{name}"
+
+
+def partition_input_filters(partition: int) -> list[str]:
+    return [f"noetl.events.{partition}.*.{n}" for n in SERVER_INPUT_EVENTS]
+
+
+def execution_input_filters(execution_id: str) -> list[str]:
+    return [f"noetl.events.*.{execution_id}.{n}" for n in SERVER_INPUT_EVENTS]
+
+
+def command_subject(pool: str) -> str:
+    return f"noetl.commands.{pool}"
+
+
+def worker_consumer(pool: str) -> str:
+    return f"noetl-worker-{pool}"
+
+
+def parse_event_subject(subject: str) -> tuple[int, str, str]:
+    """``noetl.events.<p>.<execution_id>.<name>`` → (partition, execution_id, name)."""
+    parts = subject.split(".", 4)
+    if len(parts) != 5 or parts[0] != "noetl" or parts[1] != "events":
+        raise ValueError(f"not an event subject: {subject!r}")
+    return int(parts[2]), parts[3], parts[4]
+
+
+def iter_key(execution_id: str, step_run_id: str, index: int) -> str:
+    return f"{execution_id}.{step_run_id}.{index}"
+
+
+def catalog_digest_key(digest: str) -> str:
+    return f"digest.{digest}"
+
+
+def catalog_path_key(path: str, version: str | None) -> str:
+    """KV keys allow ``[-/_=.a-zA-Z0-9]``: a playbook path keeps its slashes."""
+    safe = "".join(c if c.isalnum() or c in "-_/=" else "_" for c in path)
+    return f"path.{safe}.{version or 'latest'}".replace("..", ".")

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Sets up, then runs lint, the whole test suite and the conformance suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+export NOETL_TEST_PG_DSN=${NOETL_TEST_PG_DSN:-postgresql://postgres@127.0.0.1:5432/test}
+# PostgreSQL runs on this kind of machine; start it when it is down (best effort elsewhere).
+if command -v pg_ctlcluster >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start || true
+fi
+.venv/bin/ruff check .
+status=0
+.venv/bin/python -m pytest -q -p no:cacheprovider || status=$?
+CONFORMANCE=${CONFORMANCE:-../shared/conformance/run.py}
+if [ -f "$CONFORMANCE" ]; then
+  PATH="$PWD/.venv/bin:$PATH" .venv/bin/python "$CONFORMANCE" --known-failures conformance-known-failures.txt || status=$?
+else
+  echo "conformance runner not found at $CONFORMANCE: skipped"
+fi
+exit $status

@@ -1,0 +1,266 @@
+"""The ``noetl`` command line.
+
+Exit codes: 0 success, 1 the execution failed, 2 the playbook or the request is invalid (the
+contract of SEMANTICS §15). Results go to stdout; progress and logs to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _payload(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise SystemExit(f"noetl: --payload is not JSON: {e}") from e
+    if not isinstance(value, dict):
+        raise SystemExit("noetl: --payload must be a JSON object")
+    return value
+
+
+def _setup_logging(verbose: bool) -> None:
+    level = os.environ.get("NOETL_LOG_LEVEL", "DEBUG" if verbose else "WARNING").upper()
+    logging.basicConfig(
+        stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from noetl.cli.embedded import run_embedded
+    from noetl.cli.output import summary
+    from noetl.dsl import validate_text
+
+    path = Path(args.file)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        print(f"{args.file}:0: <file>: cannot read: {e.strerror}", file=sys.stderr)
+        return 2
+    problems = validate_text(text, str(path))
+    if problems:
+        for p in problems:
+            print(p, file=sys.stderr)
+        if args.json:
+            print(
+                json.dumps(
+                    {
+                        "status": "invalid",
+                        "error": {"kind": "playbook_invalid", "problems": [p.to_dict() for p in problems]},
+                    }
+                )
+            )
+        return 2
+    print(f"noetl: running {path} on an embedded NATS server", file=sys.stderr)
+    try:
+        out = asyncio.run(
+            run_embedded(
+                text,
+                str(path),
+                _payload(args.payload),
+                credentials_file=args.credentials,
+                catalog_dir=args.catalog,
+                timeout=args.timeout,
+            )
+        )
+    except KeyboardInterrupt:
+        print("noetl: interrupted", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(out, default=str))
+    else:
+        print(summary(out))
+    return 0 if out["status"] == "success" else 1
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from noetl.cli.validate_cmd import cmd_validate as run
+
+    return run(args.files, args.json)
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from noetl.cli.validate_cmd import cmd_schema as run
+
+    return run(args.out)
+
+
+async def _serve(args: argparse.Namespace, role: str) -> None:
+    import signal
+
+    from noetl.events.bus import connect
+
+    nc = await connect(args.nats_url, name=f"noetl-{role}")
+    if role == "server":
+        from noetl.server.service import Server
+
+        svc: Any = Server(nc, partitions=args.partitions)
+    else:
+        from noetl.worker.service import Worker
+
+        svc = Worker(nc, pool=args.pool, concurrency=args.concurrency)
+    await svc.start()
+    print(f"noetl {role} running against {args.nats_url}", file=sys.stderr)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await svc.stop()
+    await nc.drain()
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    asyncio.run(_serve(args, "server"))
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    asyncio.run(_serve(args, "worker"))
+    return 0
+
+
+async def _exec(args: argparse.Namespace) -> dict[str, Any]:
+    import uuid
+
+    from noetl.events.bus import connect
+    from noetl.events.envelope import dumps
+    from noetl.events.ids import execution_id_for
+    from noetl.events.subjects import REQUEST_SUBJECT
+    from noetl.server.client import run_and_wait
+
+    req: dict[str, Any] = {
+        "request_id": args.request_id or uuid.uuid4().hex,
+        "payload": _payload(args.payload),
+    }
+    if args.file:
+        req["playbook"] = Path(args.file).read_text()
+    else:
+        req["path"] = args.path
+        if args.version:
+            req["version"] = args.version
+    nc = await connect(args.nats_url, name="noetl-exec")
+    try:
+        if args.wait:
+            return await run_and_wait(nc, req, timeout=args.timeout)
+        await nc.jetstream().publish(REQUEST_SUBJECT, dumps(req), headers={"Nats-Msg-Id": req["request_id"]})
+        return {"execution_id": execution_id_for(req["request_id"])}
+    finally:
+        await nc.close()
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    from noetl.cli.output import summary
+
+    out = asyncio.run(_exec(args))
+    if args.json or not args.wait:
+        print(json.dumps(out, default=str))
+    else:
+        print(summary(out))
+    return 0 if not args.wait or out.get("status") == "success" else 1
+
+
+async def _catalog(args: argparse.Namespace) -> int:
+    from noetl.events.bus import connect
+    from noetl.events.catalog import Catalog
+    from noetl.events.streams import ensure_all
+
+    nc = await connect(args.nats_url, name="noetl-catalog")
+    try:
+        js = nc.jetstream()
+        await ensure_all(js)
+        cat = await Catalog.open(js)
+        if args.action == "register":
+            for f in args.files:
+                print(json.dumps(await cat.register(Path(f).read_text(), f)))
+        elif args.action == "list":
+            for e in await cat.list():
+                print(json.dumps(e))
+        else:
+            text = await cat.get(args.files[0], args.version)
+            if text is None:
+                print(f"noetl: no playbook {args.files[0]!r} in the catalog", file=sys.stderr)
+                return 1
+            print(text)
+        return 0
+    finally:
+        await nc.close()
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    return asyncio.run(_catalog(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="noetl", description="NoETL playbooks on NATS JetStream")
+    ap.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+    sub = ap.add_subparsers(dest="command", required=True)
+    nats_url = os.environ.get("NOETL_NATS_URL", "nats://127.0.0.1:4222")
+
+    p = sub.add_parser("run", help="run a playbook on an embedded NATS server")
+    p.add_argument("file")
+    p.add_argument("--payload", help="request payload (JSON object), merged over workload")
+    p.add_argument("--credentials", help="YAML file: name: {kind, data}")
+    p.add_argument("--catalog", help="directory of playbooks for kind: playbook")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("validate", help="check playbooks; exit 2 with every problem")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_validate)
+
+    p = sub.add_parser("schema", help="print the playbook JSON Schema")
+    p.add_argument("-o", "--out")
+    p.set_defaults(fn=cmd_schema)
+
+    p = sub.add_parser("server", help="run the control plane")
+    p.add_argument("--nats-url", default=nats_url)
+    p.add_argument("--partitions", type=int, default=1)
+    p.set_defaults(fn=cmd_server)
+
+    p = sub.add_parser("worker", help="run a worker for a pool")
+    p.add_argument("--nats-url", default=nats_url)
+    p.add_argument("--pool", default="default")
+    p.add_argument("--concurrency", type=int, default=16)
+    p.set_defaults(fn=cmd_worker)
+
+    p = sub.add_parser("exec", help="publish an execution request")
+    p.add_argument("file", nargs="?")
+    p.add_argument("--path")
+    p.add_argument("--version")
+    p.add_argument("--payload")
+    p.add_argument("--request-id")
+    p.add_argument("--nats-url", default=nats_url)
+    p.add_argument("--wait", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--timeout", type=float)
+    p.set_defaults(fn=cmd_exec)
+
+    p = sub.add_parser("catalog", help="register, list or show playbooks in the catalog")
+    p.add_argument("action", choices=["register", "list", "show"])
+    p.add_argument("files", nargs="*")
+    p.add_argument("--version")
+    p.add_argument("--nats-url", default=nats_url)
+    p.set_defaults(fn=cmd_catalog)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    return int(args.fn(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""What the engine knows about one execution: nothing the event log cannot give back.
+
+``fold`` rebuilds this from the log; the server keeps it in memory only as a cache. Per loop it
+keeps counters, the element list and one result slot per element (a reference when the result is
+large), never the iterations' events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from noetl.dsl.model import Playbook
+
+
+@dataclass
+class LoopState:
+    items: list[Any]
+    next_index: int = 0
+    in_flight: int = 0
+    done: int = 0
+    failed: int = 0
+    stopped: bool = False  # fail_fast tripped: no new iterations
+    first_error: dict[str, Any] | None = None
+    results: list[Any] = field(default_factory=list)
+    finished: list[bool] = field(default_factory=list)  # per index: terminal event folded
+
+    @property
+    def total(self) -> int:
+        return len(self.items)
+
+
+@dataclass
+class RunState:
+    """One token's run of a step (a step reached by N tokens runs N times)."""
+
+    run_id: str
+    step: str
+    seq: int  # arrival order within the execution
+    args: dict[str, Any]
+    status: str = "running"  # running | done | failed | skipped
+    result: Any = None
+    error: dict[str, Any] | None = None
+    loop: LoopState | None = None
+
+
+@dataclass
+class ExecutionState:
+    execution_id: str
+    playbook: Playbook
+    workload: dict[str, Any]
+    ctx: dict[str, Any] = field(default_factory=dict)
+    parent_execution_id: str | None = None
+    trace_id: str | None = None
+    partition: int = 0
+    runs: dict[str, RunState] = field(default_factory=dict)
+    run_counter: int = 0
+    pending: int = 0  # runs admitted and not yet terminal
+    failed: bool = False  # an unhandled failure happened
+    error: dict[str, Any] | None = None
+    finished: bool = False
+    status: str = "running"  # running | success | failed
+    result: Any = None  # result of the last leaf run (SEMANTICS §13)
+    folded_inputs: int = 0

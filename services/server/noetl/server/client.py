@@ -1,0 +1,46 @@
+"""Client side of an execution: publish a request and wait for its ``workflow.finished``.
+
+The subscription to the finish subject is made before the request is published, so the end of a
+fast execution cannot be missed; the stream is read afterwards to rebuild the whole output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from nats.aio.client import Client as NATS
+
+from noetl.events import subjects as s
+from noetl.events.bus import read_execution_events, read_messages
+from noetl.events.envelope import dumps
+from noetl.events.ids import execution_id_for
+
+
+async def wait_finished(
+    nc: NATS, execution_id: str, timeout: float | None = None, already_subscribed: Any = None
+) -> None:
+    js = nc.jetstream()
+    sub = already_subscribed or await nc.subscribe(
+        s.execution_event_filter(execution_id, "playbook.processed")
+    )
+    try:
+        if await read_messages(
+            js, s.EVENTS_STREAM, [s.execution_event_filter(execution_id, "playbook.processed")]
+        ):
+            return
+        await sub.next_msg(timeout=timeout if timeout else 10**9)
+    finally:
+        await sub.unsubscribe()
+
+
+async def run_and_wait(nc: NATS, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    from noetl.cli.output import execution_output
+
+    js = nc.jetstream()
+    execution_id = request.get("execution_id") or execution_id_for(request["request_id"])
+    sub = await nc.subscribe(s.execution_event_filter(execution_id, "playbook.processed"))
+    await js.publish(s.REQUEST_SUBJECT, dumps(request), headers={"Nats-Msg-Id": request["request_id"]})
+    await wait_finished(nc, execution_id, timeout, already_subscribed=sub)
+    await asyncio.sleep(0)
+    return execution_output(execution_id, await read_execution_events(js, execution_id))

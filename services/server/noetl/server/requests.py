@@ -1,0 +1,166 @@
+"""Turning an execution request into its ``playbook.execution.requested`` event.
+
+This is the adapter half of the request: everything that needs I/O (the catalog, the keychain
+store, validation errors to report) happens here, so the engine receives a self-contained event:
+the playbook text, the payload and the list of keychain entries that did not resolve.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from nats.js import JetStreamContext
+
+from noetl.dsl import load_playbook
+from noetl.dsl.cache import digest_of
+from noetl.dsl.errors import PlaybookInvalidError, RequestInvalidError
+from noetl.events import subjects as s
+from noetl.events.bus import publish_all
+from noetl.events.catalog import Catalog
+from noetl.events.envelope import dumps, make_event
+from noetl.events.ids import derive_id, execution_id_for
+
+log = logging.getLogger("noetl.server")
+
+MAX_REQUEST_BYTES = 1024 * 1024
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class RequestHandler:
+    def __init__(self, js: JetStreamContext, catalog: Catalog, credentials: Any, partitions: int = 1) -> None:
+        self.js = js
+        self.catalog = catalog
+        self.credentials = credentials
+        self.partitions = partitions
+
+    async def handle(self, data: bytes, msg_id: str | None = None) -> dict[str, Any]:
+        """Validate and record one request. Returns ``{execution_id}`` or ``{error, problems}``."""
+        try:
+            req = self._parse(data)
+        except RequestInvalidError as e:
+            log.warning("request rejected: %s", e.message)
+            return {"error": e.to_dict()}
+        request_id = str(
+            req.get("request_id") or msg_id or derive_id("request", data.decode(errors="replace"))
+        )
+        execution_id = str(req.get("execution_id") or execution_id_for(request_id))
+        partition = s.partition_of(execution_id, self.partitions)
+        try:
+            text, file = await self._playbook_text(req)
+            playbook = load_playbook(text, file)
+        except PlaybookInvalidError as e:
+            await self._reject(execution_id, partition, e.to_dict(), req)
+            return {"execution_id": execution_id, "error": e.to_dict()}
+        except RequestInvalidError as e:
+            await self._reject(execution_id, partition, e.to_dict(), req)
+            return {"execution_id": execution_id, "error": e.to_dict()}
+        digest = digest_of(text)
+        await self.catalog.put_digest(digest, text)
+        missing = []
+        for entry in playbook.keychain:
+            if self.credentials is None or not await self.credentials.exists(entry.name):
+                missing.append(entry.name)
+        event = make_event(
+            event_id=derive_id("requested", execution_id),
+            execution_id=execution_id,
+            timestamp=now(),
+            source="server",
+            name="playbook.execution.requested",
+            entity_type="playbook",
+            entity_id=playbook.metadata.path or playbook.metadata.name,
+            status="in_progress",
+            payload={
+                "playbook": text,
+                "file": file,
+                "digest": digest,
+                "path": playbook.metadata.path,
+                "version": playbook.metadata.version,
+                "payload": req.get("payload") or {},
+                "keychain_missing": missing,
+                "partition": partition,
+                "request_id": request_id,
+            },
+            parent_execution_id=req.get("parent_execution_id"),
+            trace_id=req.get("trace_id") or execution_id,
+        )
+        await publish_all(
+            self.js,
+            [(s.event_subject(partition, execution_id, event["name"]), dumps(event), event["event_id"])],
+        )
+        return {"execution_id": execution_id}
+
+    def _parse(self, data: bytes) -> dict[str, Any]:
+        if len(data) > MAX_REQUEST_BYTES:
+            raise RequestInvalidError(f"request is {len(data)} bytes; the limit is {MAX_REQUEST_BYTES}")
+        try:
+            import json
+
+            req = json.loads(data)
+        except ValueError as e:
+            raise RequestInvalidError(
+                f'request is not JSON: {e}; send {{"path": ..., "payload": {{...}}}}'
+            ) from e
+        if not isinstance(req, dict):
+            raise RequestInvalidError("request must be a JSON object with path or playbook, and payload")
+        unknown = set(req) - {
+            "request_id",
+            "execution_id",
+            "path",
+            "version",
+            "playbook",
+            "payload",
+            "parent_execution_id",
+            "trace_id",
+        }
+        if unknown:
+            raise RequestInvalidError(f"unknown request fields: {', '.join(sorted(unknown))}")
+        if not req.get("path") and not req.get("playbook"):
+            raise RequestInvalidError("request needs `path` (a catalog playbook) or `playbook` (inline YAML)")
+        if req.get("payload") is not None and not isinstance(req["payload"], dict):
+            raise RequestInvalidError("request `payload` must be a JSON object")
+        return req
+
+    async def _playbook_text(self, req: dict[str, Any]) -> tuple[str, str]:
+        if req.get("playbook"):
+            if not isinstance(req["playbook"], str):
+                raise RequestInvalidError("request `playbook` must be the playbook's YAML text")
+            return req["playbook"], "<request>"
+        path, version = str(req["path"]), req.get("version")
+        text = await self.catalog.get(path, version)
+        if text is None:
+            raise RequestInvalidError(
+                f"no playbook {path!r}{' version ' + str(version) if version else ''} in the catalog; "
+                "register it with `noetl catalog register FILE`"
+            )
+        return text, f"catalog:{path}"
+
+    async def _reject(
+        self, execution_id: str, partition: int, error: dict[str, Any], req: dict[str, Any]
+    ) -> None:
+        """A rejected request still ends in ``workflow.finished``, so a waiting client learns why."""
+        log.warning("request for %s rejected: %s", execution_id, error.get("message"))
+        msgs = []
+        for name, status, payload in (
+            ("playbook.request.evaluated", "error", {"error": error}),
+            ("workflow.finished", "error", {"status": "failed", "result": None, "error": error, "ctx": {}}),
+            ("playbook.processed", "error", {"status": "failed"}),
+        ):
+            ev = make_event(
+                event_id=derive_id("rejected", execution_id, name),
+                execution_id=execution_id,
+                timestamp=now(),
+                source="server",
+                name=name,
+                entity_type="playbook" if name.startswith("playbook") else "workflow",
+                entity_id=execution_id,
+                status=status,
+                payload=payload,  # type: ignore[arg-type]
+                parent_execution_id=req.get("parent_execution_id"),
+            )
+            msgs.append((s.event_subject(partition, execution_id, name), dumps(ev), ev["event_id"]))
+        await publish_all(self.js, msgs)

@@ -1,0 +1,194 @@
+"""The control plane: consumes requests and engine inputs, runs the engine, publishes decisions.
+
+Inputs of one partition are read with an ordered consumer, strictly in stream order, and decided
+one after another; the decisions of a batch of inputs are published together and the partition's
+checkpoint (the stream sequence of the last input whose outputs are stored) advances only after
+their acks. After a restart the server resumes after the checkpoint: an execution it no longer has
+in memory is rebuilt by folding its inputs that precede the current one, and the decisions it
+recomputes carry the ids they had before, so JetStream drops the ones already stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import KeyNotFoundError
+
+from noetl.engine import ExecutionState, decide, is_input, new_state
+from noetl.engine.fold import replay
+from noetl.events import subjects as s
+from noetl.events.bus import publish_all, read_messages
+from noetl.events.catalog import Catalog
+from noetl.events.envelope import dumps, loads
+from noetl.events.streams import ensure_all
+from noetl.server.requests import RequestHandler
+
+log = logging.getLogger("noetl.server")
+
+BATCH = 256
+
+
+class Server:
+    def __init__(
+        self, nc: NATS, *, partitions: int = 1, owned: list[int] | None = None, credentials: Any = None
+    ) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.partitions = partitions
+        self.owned = owned if owned is not None else list(range(partitions))
+        self.credentials = credentials
+        self.states: dict[str, ExecutionState] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
+        self.decided = 0
+
+    async def start(self) -> None:
+        await ensure_all(self.js)
+        if self.credentials is None:
+            from noetl.events.credentials import CredentialStore
+
+            self.credentials = await CredentialStore.open(self.js, None)
+        self.catalog = await Catalog.open(self.js)
+        self.kv = await self.js.key_value(s.SERVER_BUCKET)
+        self.requests = RequestHandler(self.js, self.catalog, self.credentials, self.partitions)
+        self._tasks.append(asyncio.create_task(self._request_loop(), name="noetl-requests"))
+        for p in self.owned:
+            self._tasks.append(asyncio.create_task(self._partition_loop(p), name=f"noetl-partition-{p}"))
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+
+    # --- requests ------------------------------------------------------------------------
+
+    async def _request_loop(self) -> None:
+        sub = await self.js.pull_subscribe(
+            s.REQUEST_SUBJECT,
+            durable="noetl-server-requests",
+            stream=s.REQUESTS_STREAM,
+            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=30, max_deliver=5),
+        )
+        while not self._stopping.is_set():
+            try:
+                msgs = await sub.fetch(64, timeout=1)
+            except TimeoutError:
+                continue
+            except Exception as e:  # connection blips: keep the loop alive
+                log.warning("request fetch failed: %s", e)
+                await asyncio.sleep(0.2)
+                continue
+            for m in msgs:
+                msg_id = (m.headers or {}).get("Nats-Msg-Id")
+                try:
+                    await self.requests.handle(m.data, msg_id)
+                except Exception:
+                    log.exception("request handling failed; it will be redelivered")
+                    await m.nak(delay=1)
+                    continue
+                await m.ack()
+
+    # --- engine inputs -------------------------------------------------------------------
+
+    async def _checkpoint(self, partition: int) -> int:
+        try:
+            e = await self.kv.get(f"checkpoint.p{partition}")
+            return int(e.value or b"0")
+        except KeyNotFoundError:
+            return 0
+
+    async def _partition_loop(self, partition: int) -> None:
+        start = await self._checkpoint(partition)
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def on_msg(msg: Any) -> None:
+            queue.put_nowait(msg)
+
+        cfg = ConsumerConfig(
+            filter_subjects=s.partition_input_filters(partition),
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start else DeliverPolicy.ALL,
+            opt_start_seq=start + 1 if start else None,
+        )
+        sub = await self.js.subscribe(
+            s.EVENTS_FILTER, stream=s.EVENTS_STREAM, cb=on_msg, ordered_consumer=True, config=cfg
+        )
+        try:
+            while True:
+                batch = [await queue.get()]
+                while len(batch) < BATCH and not queue.empty():
+                    batch.append(queue.get_nowait())
+                await self._process_batch(partition, batch)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def _process_batch(self, partition: int, batch: list[Any]) -> None:
+        out: list[tuple[str, bytes, str]] = []
+        commands: list[tuple[str, bytes, str]] = []
+        last_seq = 0
+        for msg in batch:
+            last_seq = msg.metadata.sequence.stream
+            try:
+                event = loads(msg.data)
+            except ValueError:
+                log.warning("ignored a malformed message on %s", msg.subject)
+                continue
+            if not isinstance(event, dict) or not is_input(event):
+                continue
+            try:
+                decision = await self._decide(event, last_seq)
+            except Exception:
+                log.exception(
+                    "engine failed on event %s (%s); ignored", event.get("event_id"), event.get("name")
+                )
+                continue
+            if decision is None:
+                continue
+            for ev in decision.events:
+                out.append(
+                    (s.event_subject(partition, ev["execution_id"], ev["name"]), dumps(ev), ev["event_id"])
+                )
+            for cmd in decision.commands:
+                commands.append((s.command_subject(cmd["pool"]), dumps(cmd), cmd["command_id"]))
+        # events before commands: a worker's events then always follow the step.scheduled they answer
+        await publish_all(self.js, out + commands)
+        self.decided += len(batch)
+        await self.kv.put(f"checkpoint.p{partition}", str(last_seq).encode())
+        for eid in [e for e, st in self.states.items() if st.finished]:
+            del self.states[eid]
+
+    async def _decide(self, event: dict[str, Any], seq: int) -> Any:
+        eid = event.get("execution_id")
+        if not isinstance(eid, str):
+            return None
+        state = self.states.get(eid)
+        if state is None:
+            if event["name"] == "playbook.execution.requested":
+                state = new_state(event)
+            else:
+                state = await self._rebuild(eid, seq)
+                if state is None:
+                    log.warning("event %s for unknown execution %s ignored", event.get("event_id"), eid)
+                    return None
+            self.states[eid] = state
+        elif event["name"] == "playbook.execution.requested":
+            return None  # a repeated request event: already started
+        if state.finished:
+            return None
+        return decide(state, event)
+
+    async def _rebuild(self, execution_id: str, before_seq: int) -> ExecutionState | None:
+        msgs = await read_messages(
+            self.js, s.EVENTS_STREAM, s.execution_input_filters(execution_id), before_seq=before_seq
+        )
+        state, _ = replay(e for _, e in msgs)
+        return state

@@ -1,0 +1,234 @@
+"""The ordered task pipeline of one step run or loop iteration, with the task policy (§6).
+
+The worker, not the server, applies task policy: ``retry`` sleeps and runs again, ``jump`` moves
+the program counter, ``break`` and ``fail`` end the run. Within a run, patches are visible at
+once (a ``jump`` rule sees the ``set_iter`` it wrote); they leave the run as the ``ctx_patches``
+of its terminal event, which the server applies in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from noetl.dsl.errors import (
+    NoetlError,
+    PolicyFailError,
+    RetriesExhaustedError,
+    TaskRunLimitError,
+    TemplateError,
+)
+from noetl.dsl.model import Playbook, Step, Task
+from noetl.dsl.policy import apply_patch, evaluate_task_policy
+from noetl.dsl.specmerge import effective_task_spec
+from noetl.dsl.templates import TemplateEngine
+from noetl.worker.tools.base import Clock, ToolContext, get_tool
+from noetl.worker.tools.workbook import resolve_workbook
+
+# fields a kind reads as code, not as a template
+_RAW_FIELDS = frozenset({"code"})
+
+
+@dataclass
+class Snapshot:
+    """Where a run stands after a task: enough to resume it after the worker dies."""
+
+    pc: int = 0
+    attempt: int = 1
+    runs: int = 0
+    prev: Any = None
+    iter: dict[str, Any] | None = None
+    ctx_patches: list[dict[str, Any]] = field(default_factory=list)
+    labels: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pc": self.pc,
+            "attempt": self.attempt,
+            "runs": self.runs,
+            "prev": self.prev,
+            "iter": self.iter,
+            "ctx_patches": self.ctx_patches,
+            "labels": self.labels,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Snapshot:
+        return cls(
+            pc=d.get("pc", 0),
+            attempt=d.get("attempt", 1),
+            runs=d.get("runs", 0),
+            prev=d.get("prev"),
+            iter=d.get("iter"),
+            ctx_patches=list(d.get("ctx_patches") or []),
+            labels=dict(d.get("labels") or {}),
+        )
+
+
+@dataclass
+class RunResult:
+    ok: bool
+    result: Any = None
+    error: dict[str, Any] | None = None
+    ctx_patches: list[dict[str, Any]] = field(default_factory=list)
+    iter: dict[str, Any] | None = None
+
+
+EmitFn = Callable[[str, Task, int, dict[str, Any]], Awaitable[None]]
+CheckpointFn = Callable[[Snapshot], Awaitable[None]]
+
+
+class Pipeline:
+    def __init__(
+        self,
+        playbook: Playbook,
+        step: Step,
+        engine: TemplateEngine,
+        *,
+        execution_id: str,
+        workload: dict[str, Any],
+        ctx: dict[str, Any],
+        args: dict[str, Any],
+        keychain: dict[str, Any],
+        services: Any = None,
+        emit: EmitFn | None = None,
+        checkpoint: CheckpointFn | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        command_id: str = "",
+    ) -> None:
+        self.playbook, self.step, self.engine = playbook, step, engine
+        self.execution_id, self.workload, self.base_ctx, self.args = execution_id, workload, ctx, args
+        self.keychain, self.services = keychain, services
+        self.emit, self.checkpoint, self.sleep = emit, checkpoint, sleep
+        self.command_id = command_id
+
+    def _context(self, snap: Snapshot, task: Task, ctx: dict[str, Any]) -> dict[str, Any]:
+        c: dict[str, Any] = dict(snap.labels)
+        c.update(
+            workload=self.workload,
+            keychain=self.keychain,
+            ctx=ctx,
+            args=self.args,
+            execution_id=self.execution_id,
+            _prev=snap.prev,
+            _task=task.name,
+            _attempt=snap.attempt,
+        )
+        if snap.iter is not None:
+            c["iter"] = snap.iter
+        return c
+
+    async def run(self, snap: Snapshot | None = None, iter_: dict[str, Any] | None = None) -> RunResult:
+        snap = snap or Snapshot(iter=iter_)
+        tasks = self.step.tool
+        step_spec = effective_task_spec(self.playbook, self.step, tasks[0]) if tasks else {}
+        max_runs = int(step_spec.get("max_task_runs") or 10_000)
+        ctx = self.base_ctx
+        for p in snap.ctx_patches:
+            ctx = apply_patch(ctx, p)
+        while snap.pc < len(tasks):
+            task = tasks[snap.pc]
+            if snap.runs >= max_runs:
+                err = TaskRunLimitError(
+                    f"step {self.step.name} ran {snap.runs} tasks, the limit of "
+                    f"spec.max_task_runs: add a break to the jump cycle or raise the limit"
+                )
+                return self._fail(snap, err.to_dict())
+            snap.runs += 1
+            context = self._context(snap, task, ctx)
+            outcome = await self._run_task(task, context, snap.attempt, snap.runs)
+            context["outcome"] = outcome
+            if self.emit:
+                await self.emit("task.done", task, snap.runs, outcome)
+            try:
+                d = evaluate_task_policy(
+                    task.policy, outcome, context, self.engine, retry_number=snap.attempt
+                )
+            except TemplateError as e:
+                return self._fail(snap, e.to_dict())
+            if d.set_iter:
+                snap.iter = apply_patch(snap.iter or {}, d.set_iter)
+            if d.set_ctx:
+                snap.ctx_patches.append(d.set_ctx)
+                ctx = apply_patch(ctx, d.set_ctx)
+            result = outcome.get("result")
+            if d.do == "retry":
+                if snap.attempt >= d.attempts:
+                    err = RetriesExhaustedError(
+                        f"task {task.name} of step {self.step.name} failed {snap.attempt} times "
+                        f"(attempts: {d.attempts})",
+                        cause=_strip(outcome),
+                    ).to_dict()
+                    return self._fail(snap, err)
+                await self.sleep(d.delay_seconds)
+                snap.attempt += 1
+            elif d.do == "jump":
+                snap.pc, snap.attempt = self.step.task_index(d.to or ""), 1
+                snap.labels[task.name] = result
+            elif d.do == "break":
+                snap.prev = result
+                snap.labels[task.name] = result
+                snap.pc = len(tasks)
+            elif d.do == "fail":
+                err = outcome.get("error") if outcome.get("status") == "error" else None
+                if not err:
+                    err = PolicyFailError(
+                        f"task {task.name} of step {self.step.name}: policy said fail"
+                    ).to_dict()
+                return self._fail(snap, err)
+            else:  # continue
+                snap.prev = result
+                snap.labels[task.name] = result
+                snap.pc, snap.attempt = snap.pc + 1, 1
+            if self.checkpoint and snap.pc < len(tasks):
+                await self.checkpoint(snap)  # after the last task the terminal event says it all
+        return RunResult(ok=True, result=snap.prev, ctx_patches=snap.ctx_patches, iter=snap.iter)
+
+    def _fail(self, snap: Snapshot, error: dict[str, Any]) -> RunResult:
+        return RunResult(ok=False, error=error, ctx_patches=snap.ctx_patches, iter=snap.iter)
+
+    async def _run_task(
+        self, task: Task, context: dict[str, Any], attempt: int, run_no: int
+    ) -> dict[str, Any]:
+        clock = Clock()
+        kind, config = task.kind, task.config
+        try:
+            if kind == "workbook":
+                kind, config = resolve_workbook(dict(config), kind, self.playbook.workbook)
+            rendered = {
+                k: (v if k in _RAW_FIELDS else self.engine.render(v, context, f"{task.path}.{k}"))
+                for k, v in config.items()
+            }
+            spec = effective_task_spec(self.playbook, self.step, task)
+            if self.emit:
+                await self.emit("task.started", task, run_no, {"kind": kind, "attempt": attempt})
+            tctx = ToolContext(
+                execution_id=self.execution_id,
+                step=self.step.name,
+                task=task.name,
+                spec=spec,
+                keychain=self.keychain,
+                services=self.services,
+                attempt=attempt,
+                extra={"prev": context.get("_prev"), "command_id": self.command_id},
+            )
+            outcome = await get_tool(kind).run(rendered, tctx)
+        except NoetlError as e:
+            outcome = {"status": "error", "error": e.to_dict()}
+        except Exception as e:  # a bug in a kind must not take the worker down
+            outcome = {
+                "status": "error",
+                "error": {
+                    "kind": "tool_error",
+                    "retryable": False,
+                    "message": f"{kind} task {task.name}: {type(e).__name__}: {e}",
+                },
+            }
+        outcome.setdefault("meta", clock.meta(task.name, attempt))
+        return outcome
+
+
+def _strip(outcome: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in outcome.items() if k in ("status", "error", "http", "pg", "py")}

@@ -1,0 +1,47 @@
+"""Reference-first results (SEMANTICS §11).
+
+A value whose JSON is larger than the payload limit goes to the object store ``noetl_results``
+and travels as ``{store, key, size, checksum}``; events and commands never carry a large body,
+and JetStream's 1 MiB message limit is never met.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from nats.js import JetStreamContext
+
+from noetl.events import subjects as s
+from noetl.events.envelope import dumps, loads
+
+DEFAULT_LIMIT = 65_536
+
+
+def is_reference(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("store") == "nats.object" and "key" in value
+
+
+async def externalize(js: JetStreamContext, value: Any, key: str, limit: int = DEFAULT_LIMIT) -> Any:
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    data = dumps(value)
+    if len(data) <= limit:
+        return value
+    obs = await js.object_store(s.RESULTS_BUCKET)
+    await obs.put(key, data)
+    return {
+        "store": "nats.object",
+        "key": key,
+        "size": len(data),
+        "checksum": "sha256:" + hashlib.sha256(data).hexdigest(),
+    }
+
+
+async def resolve(js: JetStreamContext, ref: dict[str, Any]) -> Any:
+    import io
+
+    obs = await js.object_store(s.RESULTS_BUCKET)
+    buf = io.BytesIO()
+    await obs.get(ref["key"], writeinto=buf)
+    return loads(buf.getvalue())

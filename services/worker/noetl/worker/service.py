@@ -1,0 +1,298 @@
+"""The data plane: pulls commands for its pool and runs them, several at once.
+
+A command is held with in-progress acks (the lease) while it runs and acked only after its
+terminal event is stored. Event ids derive from the command id, so a command that runs again after
+a worker died publishes the same ids and JetStream keeps the first of each. Loop iterations write
+a snapshot to ``noetl_iter`` after every task; a redelivered iteration resumes from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.errors import KeyNotFoundError
+
+from noetl.dsl.cache import parse_playbook, template_engine
+from noetl.dsl.model import Playbook
+from noetl.dsl.specmerge import effective_task_spec
+from noetl.events import subjects as s
+from noetl.events.bus import publish_all
+from noetl.events.catalog import Catalog
+from noetl.events.envelope import dumps, loads, make_event
+from noetl.events.ids import derive_id
+from noetl.events.streams import ensure_all
+from noetl.worker.masking import Masker
+from noetl.worker.pipeline import Pipeline, Snapshot
+from noetl.worker.results import externalize
+
+log = logging.getLogger("noetl.worker")
+
+ACK_WAIT = 30.0
+MAX_DELIVER = 5
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class Worker:
+    def __init__(
+        self, nc: NATS, *, pool: str = s.DEFAULT_POOL, concurrency: int = 16, credentials: Any = None
+    ) -> None:
+        self.nc, self.js = nc, nc.jetstream()
+        self.pool, self.concurrency = pool, concurrency
+        self.credentials = credentials
+        self._sem = asyncio.Semaphore(concurrency)
+        self._running: set[asyncio.Task[None]] = set()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+        self._playbooks: dict[str, Playbook] = {}
+        self.services: dict[str, Any] = {"js": self.js, "nc": nc}
+        self.completed = 0
+
+    async def start(self) -> None:
+        await ensure_all(self.js)
+        if self.credentials is None:
+            from noetl.events.credentials import CredentialStore
+
+            self.credentials = await CredentialStore.open(self.js, None)
+        self.catalog = await Catalog.open(self.js)
+        self.iter_kv = await self.js.key_value(s.ITER_BUCKET)
+        self.services["catalog"] = self.catalog
+        import noetl.worker.tools  # noqa: F401  (registers the kinds)
+
+        self._loop_task = asyncio.create_task(self._pull_loop(), name=f"noetl-worker-{self.pool}")
+
+    async def stop(self, drain: bool = True) -> None:
+        """Stop pulling; with ``drain`` let running commands finish (SIGTERM), else abandon them."""
+        self._stopping.set()
+        if self._loop_task:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._loop_task
+        if drain and self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
+        for t in list(self._running):
+            t.cancel()
+        from noetl.worker.tools import close_all
+
+        with contextlib.suppress(Exception):
+            await close_all()
+
+    async def _pull_loop(self) -> None:
+        sub = await self.js.pull_subscribe(
+            s.command_subject(self.pool),
+            durable=s.worker_consumer(self.pool),
+            stream=s.COMMANDS_STREAM,
+            config=ConsumerConfig(
+                ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT, max_deliver=MAX_DELIVER, max_ack_pending=-1
+            ),
+        )
+        while not self._stopping.is_set():
+            free = self.concurrency - len(self._running)
+            if free <= 0:
+                await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            try:
+                msgs = await sub.fetch(min(free, 64), timeout=1)
+            except TimeoutError:
+                continue
+            except Exception as e:
+                log.warning("command fetch failed: %s", e)
+                await asyncio.sleep(0.2)
+                continue
+            for m in msgs:
+                t = asyncio.create_task(self._handle(m))
+                self._running.add(t)
+                t.add_done_callback(self._running.discard)
+
+    async def _lease(self, msg: Any) -> None:
+        while True:
+            await asyncio.sleep(ACK_WAIT / 3)
+            with contextlib.suppress(Exception):
+                await msg.in_progress()
+
+    async def _handle(self, msg: Any) -> None:
+        lease = asyncio.create_task(self._lease(msg))
+        try:
+            cmd = loads(msg.data)
+            await self._run_command(cmd, msg)
+            await msg.ack()
+            self.completed += 1
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("command failed in the worker; it will be redelivered")
+            with contextlib.suppress(Exception):
+                await msg.nak(delay=1)
+        finally:
+            lease.cancel()
+
+    async def _playbook(self, digest: str) -> Playbook:
+        pb = self._playbooks.get(digest)
+        if pb is None:
+            text = await self.catalog.get_by_digest(digest)
+            if text is None:
+                raise LookupError(f"playbook {digest} is not in the catalog")
+            pb = self._playbooks[digest] = parse_playbook(text, "catalog")
+        return pb
+
+    async def _keychain(self, playbook: Playbook) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for entry in playbook.keychain:
+            got = await self.credentials.get(entry.name) if self.credentials else None
+            if got is not None:
+                out[entry.name] = got.get("data", got)
+        return out
+
+    async def _run_command(self, cmd: dict[str, Any], msg: Any) -> None:
+        playbook = await self._playbook(cmd["playbook_digest"])
+        step = playbook.step(cmd["step"])
+        keychain = await self._keychain(playbook)
+        masker = Masker(keychain)
+        exec_id, run_id, index = cmd["execution_id"], cmd["step_run_id"], cmd.get("index")
+        cid = cmd["command_id"]
+        base = {
+            "execution_id": exec_id,
+            "step_run_id": run_id,
+            "parent_execution_id": cmd.get("parent_execution_id"),
+            "trace_id": cmd.get("trace_id"),
+        }
+        partition = s.partition_of(exec_id)
+        limit = (
+            int(
+                effective_task_spec(playbook, step, step.tool[0])
+                .get("policy", {})
+                .get("limits", {})
+                .get("max_payload_bytes", 65_536)
+            )
+            if step.tool
+            else 65_536
+        )
+        pending: list[tuple[str, bytes, str]] = []
+
+        def event(
+            name: str,
+            entity_type: str,
+            entity_id: str,
+            status: str,
+            payload: dict[str, Any],
+            eid: str,
+            task_run_id: str | None = None,
+        ) -> None:
+            ev = make_event(
+                event_id=eid,
+                timestamp=_now(),
+                source="worker",
+                name=name,
+                entity_type=entity_type,  # type: ignore[arg-type]
+                entity_id=entity_id,
+                status=status,
+                payload=masker.mask(payload),  # type: ignore[arg-type]
+                task_run_id=task_run_id,
+                **base,
+            )
+            pending.append((s.event_subject(partition, exec_id, name), dumps(ev), eid))
+
+        async def flush() -> None:
+            if pending:
+                batch = list(pending)
+                pending.clear()
+                await publish_all(self.js, batch)
+
+        key_base = f"{exec_id}/{run_id}/{index if index is not None else 's'}"
+
+        async def emit(name: str, task: Any, n: int, data: dict[str, Any]) -> None:
+            trid = derive_id(cid, task.name, n)
+            if name == "task.started":
+                event(
+                    name,
+                    "task",
+                    task.name,
+                    "in_progress",
+                    {"task": task.name, **data},
+                    derive_id(cid, "task.started", n),
+                    trid,
+                )
+            else:
+                outcome = dict(data)
+                if "result" in outcome:
+                    outcome["result"] = await externalize(
+                        self.js, masker.mask(outcome["result"]), f"{key_base}/{task.name}/{n}", limit
+                    )
+                event(
+                    name,
+                    "task",
+                    task.name,
+                    "success" if data.get("status") == "ok" else "error",
+                    {"task": task.name, "outcome": outcome},
+                    derive_id(cid, "task.done", n),
+                    trid,
+                )
+                await flush()
+
+        ikey = s.iter_key(exec_id, run_id, index) if index is not None else None
+        snapshot: Snapshot | None = None
+        if ikey is not None:
+            with contextlib.suppress(KeyNotFoundError):
+                e = await self.iter_kv.get(ikey)
+                if e.value:
+                    snapshot = Snapshot.from_dict(loads(e.value))
+
+        wrote = snapshot is not None
+
+        async def checkpoint(snap: Snapshot) -> None:
+            nonlocal wrote
+            if ikey is not None:
+                await self.iter_kv.put(ikey, dumps(masker.mask(snap.to_dict())))
+                wrote = True
+
+        if index is None:
+            event(
+                "step.started",
+                "step",
+                step.name,
+                "in_progress",
+                {"args": cmd.get("args") or {}},
+                derive_id(cid, "step.started"),
+            )
+        pipe = Pipeline(
+            playbook,
+            step,
+            template_engine(playbook),
+            execution_id=exec_id,
+            workload=cmd.get("workload") or {},
+            ctx=cmd.get("ctx") or {},
+            args=cmd.get("args") or {},
+            keychain=keychain,
+            services=self.services,
+            emit=emit,
+            checkpoint=checkpoint,
+            command_id=cid,
+        )
+        res = await pipe.run(snapshot, cmd.get("iter"))
+        result = await externalize(self.js, masker.mask(res.result), f"{key_base}/result", limit)
+        payload: dict[str, Any] = {"result": result, "ctx_patches": masker.mask(res.ctx_patches)}
+        if not res.ok:
+            payload["error"] = masker.mask(res.error)
+        if index is None:
+            name = "step.done" if res.ok else "step.failed"
+            event(
+                name, "step", step.name, "success" if res.ok else "error", payload, derive_id(cid, "terminal")
+            )
+        else:
+            payload["index"] = index
+            name = "loop.iteration.done" if res.ok else "loop.iteration.failed"
+            event(
+                name, "loop", step.name, "success" if res.ok else "error", payload, derive_id(cid, "terminal")
+            )
+        await flush()
+        if ikey is not None and wrote:
+            with contextlib.suppress(Exception):
+                await self.iter_kv.purge(ikey)

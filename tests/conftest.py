@@ -1,0 +1,48 @@
+"""Shared fixtures: a real nats-server per test session (loopback, free port, JetStream in a temp
+dir), stopped at the end; PostgreSQL through NOETL_TEST_PG_DSN."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from noetl.events.natsserver import NatsServer
+
+PG_DSN = os.environ.get("NOETL_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture(scope="session")
+def nats_server() -> Iterator[NatsServer]:
+    ns = NatsServer().start()
+    try:
+        yield ns
+    finally:
+        ns.stop()
+
+
+@pytest.fixture
+def fresh_nats() -> Iterator[NatsServer]:
+    """A server of the test's own, for tests that inspect or restart streams."""
+    ns = NatsServer().start()
+    try:
+        yield ns
+    finally:
+        ns.stop()
+
+
+@pytest.fixture
+async def nc(nats_server: NatsServer) -> AsyncIterator[object]:
+    from noetl.events.bus import connect
+
+    conn = await connect(nats_server.url, name="noetl-test")
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> str:
+    return PG_DSN

@@ -1,0 +1,116 @@
+"""Executions end to end on a real nats-server: server and worker meet only on JetStream."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from noetl.events import subjects as s
+from noetl.events.bus import read_execution_events
+from noetl.server.client import run_and_wait
+from noetl.server.service import Server
+from noetl.worker.service import Worker
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHAIN = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: chain, path: tests/chain}
+workload: {n: 3}
+workflow:
+  - step: start
+    next: {arcs: [{step: double, args: {x: "{{ workload.n }}"}}]}
+  - step: double
+    tool:
+      - name: calc
+        kind: python
+        args: {x: "{{ args.x }}"}
+        code: |
+          def main(x):
+              return x * 2
+        spec:
+          policy:
+            rules:
+              - else: {then: {do: continue, set_ctx: {doubled: "{{ outcome.result }}"}}}
+"""
+
+
+@pytest.fixture
+async def services(nc):  # type: ignore[no-untyped-def]
+    server, worker = Server(nc), Worker(nc, concurrency=8)
+    await server.start()
+    await worker.start()
+    try:
+        yield server, worker
+    finally:
+        await worker.stop(drain=False)
+        await server.stop()
+
+
+async def test_execution_runs_through_jetstream(nc, services) -> None:  # type: ignore[no-untyped-def]
+    out = await run_and_wait(
+        nc, {"request_id": uuid.uuid4().hex, "playbook": CHAIN, "payload": {"n": 21}}, timeout=30
+    )
+    assert out["status"] == "success"
+    assert out["result"] == 42 and out["ctx"] == {"doubled": 42}
+    names = [e["name"] for e in out["events"]]
+    assert names[0] == "playbook.execution.requested" and names[-1] == "playbook.processed"
+    assert {"step.started", "task.started", "task.done", "step.done", "next.evaluated"} <= set(names)
+    # the same events are in the stream, under the documented subjects
+    info = await nc.jetstream().stream_info(s.EVENTS_STREAM)
+    assert info.state.messages >= len(names)
+
+
+async def test_same_request_id_runs_once(nc, services) -> None:  # type: ignore[no-untyped-def]
+    rid = uuid.uuid4().hex
+    first = await run_and_wait(nc, {"request_id": rid, "playbook": CHAIN}, timeout=30)
+    second = await run_and_wait(nc, {"request_id": rid, "playbook": CHAIN}, timeout=30)
+    assert first["execution_id"] == second["execution_id"]
+    events = await read_execution_events(nc.jetstream(), first["execution_id"])
+    assert [e["name"] for e in events].count("workflow.started") == 1
+
+
+async def test_invalid_inline_playbook_is_rejected_with_problems(nc, services) -> None:  # type: ignore[no-untyped-def]
+    bad = CHAIN.replace("kind: python", "kind: teleport")
+    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": bad}, timeout=30)
+    assert out["status"] == "failed" and out["error"]["kind"] == "playbook_invalid"
+    assert "teleport" in json.dumps(out["error"])
+
+
+def test_noetl_run_command_json_contract(tmp_path: Path) -> None:
+    f = tmp_path / "chain.yaml"
+    f.write_text(CHAIN)
+    t0 = time.monotonic()
+    p = subprocess.run(
+        [sys.executable, "-m", "noetl.cli.main", "run", str(f), "--json", "--payload", '{"n": 5}'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    took = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert set(out) == {"execution_id", "status", "result", "ctx", "error", "steps", "events"}
+    assert out["result"] == 10 and out["steps"]["double"] == [{"status": "done", "result": 10}]
+    assert took < 30
+
+
+def test_noetl_run_invalid_exits_2(tmp_path: Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(CHAIN.replace("workflow:", "vars: {a: 1}\nworkflow:"))
+    p = subprocess.run(
+        [sys.executable, "-m", "noetl.cli.main", "run", str(f)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert p.returncode == 2 and "vars" in p.stderr
