@@ -44,7 +44,9 @@ async def connect(url: str, *, name: str = "noetl", **opts: Any) -> NATS:
     return await nats.connect(url, **kw)
 
 
-async def publish_all(js: JetStreamContext, messages: Iterable[tuple[str, bytes, str]]) -> None:
+async def publish_all(
+    js: JetStreamContext, messages: Iterable[tuple[str, bytes, str]], timeout: float = 10.0
+) -> None:
     """Publish (subject, data, msg_id) in order and wait for every ack.
 
     The publishes go out back to back on one connection, so the stream stores them in this order;
@@ -54,8 +56,16 @@ async def publish_all(js: JetStreamContext, messages: Iterable[tuple[str, bytes,
         await js.publish_async(subject, data, headers={"Nats-Msg-Id": msg_id})
         for subject, data, msg_id in messages
     ]
-    if futures:
-        await asyncio.gather(*futures)
+    if not futures:
+        return
+    try:
+        # an ack lost to a reconnect never arrives: give up on the batch and let the caller
+        # publish it again (same ids, so JetStream keeps one copy of each)
+        await asyncio.wait_for(asyncio.gather(*futures), timeout)
+    except BaseException:
+        for f in futures:
+            f.cancel()   # also frees nats-py's slot for a pending async publish
+        raise
 
 
 async def read_messages(

@@ -12,9 +12,11 @@ COMMANDS_STREAM = "NOETL_COMMANDS"
 REQUESTS_STREAM = "NOETL_REQUESTS"
 
 REQUEST_SUBJECT = "noetl.requests.execute"
+CANCEL_SUBJECT = "noetl.requests.cancel"
 REQUESTS_FILTER = "noetl.requests.>"
 EVENTS_FILTER = "noetl.events.>"
 COMMANDS_FILTER = "noetl.commands.>"
+CANCEL_EVENTS_FILTER = "noetl.events.*.*.execution.cancel.requested"
 
 ITER_BUCKET = "noetl_iter"
 CATALOG_BUCKET = "noetl_catalog"
@@ -32,6 +34,7 @@ SERVER_INPUT_EVENTS: tuple[str, ...] = (
     "step.failed",
     "loop.iteration.done",
     "loop.iteration.failed",
+    "execution.cancel.requested",
 )
 
 

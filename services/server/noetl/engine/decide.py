@@ -12,6 +12,8 @@ itself, plus ``playbook.execution.requested``; the engine's own outputs are neve
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +32,37 @@ from noetl.events.subjects import DEFAULT_POOL
 class Decision:
     events: list[dict[str, Any]] = field(default_factory=list)
     commands: list[dict[str, Any]] = field(default_factory=list)
+    # (key, bytes) to store in the results object store before the events that refer to them
+    objects: list[tuple[str, bytes]] = field(default_factory=list)
+
+
+DEFAULT_PAYLOAD_LIMIT = 65_536
+
+
+def by_reference(state: ExecutionState, value: Any, key: str, out: Decision) -> Any:
+    """A value too large for an event leaves as ``{store, key, size, checksum}`` (SEMANTICS §11).
+
+    Pure: the bytes and the reference are computed here; the adapter stores the bytes before it
+    publishes the event, so a reader never sees a reference to nothing.
+    """
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    limit = int(
+        (state.playbook.executor.get("spec") or {})
+        .get("policy", {})
+        .get("limits", {})
+        .get("max_payload_bytes", DEFAULT_PAYLOAD_LIMIT)
+    )
+    data = json.dumps(value, separators=(",", ":"), default=str, ensure_ascii=False).encode()
+    if len(data) <= limit:
+        return value
+    out.objects.append((key, data))
+    return {
+        "store": "nats.object",
+        "key": key,
+        "size": len(data),
+        "checksum": "sha256:" + hashlib.sha256(data).hexdigest(),
+    }
 
 
 class _Emitter:
@@ -126,7 +159,7 @@ def new_state(event: dict[str, Any]) -> ExecutionState:
 
 def is_input(event: dict[str, Any]) -> bool:
     name = event.get("name")
-    if name == "playbook.execution.requested":
+    if name in ("playbook.execution.requested", "execution.cancel.requested"):
         return True
     return event.get("source") == "worker" and name in (
         "step.done",
@@ -154,6 +187,13 @@ def decide(state: ExecutionState, event: dict[str, Any]) -> Decision:
         run = state.runs.get(event.get("step_run_id") or "")
         if run is not None and run.loop is not None and run.status == "running":
             _on_iteration(state, run, event, em)
+    elif name == "execution.cancel.requested" and not state.cancelled:
+        reason = (event.get("payload") or {}).get("reason") or "cancelled by request"
+        state.cancelled = True
+        _unhandled(state, {"kind": "cancelled", "retryable": False, "message": str(reason)})
+        for run in state.runs.values():
+            if run.loop is not None and run.status == "running":
+                _maybe_end_loop(state, run, em)
     _maybe_finish(state, em)
     return em.out
 
@@ -389,13 +429,15 @@ def _maybe_end_loop(state: ExecutionState, run: RunState, em: _Emitter) -> None:
         err = {
             "kind": "aborted",
             "retryable": False,
-            "message": f"loop step {run.step} stopped: the execution already failed",
+            "message": f"loop step {run.step} stopped: the execution was "
+            + ("cancelled" if state.cancelled else "already failed"),
         }
         payload = {"result": None, "error": err, **counts}
         em.event("step.failed", "step", run.step, "error", payload, run)
         _on_terminal(state, run, "step.failed", payload, em)
     else:
-        payload = {**counts, "result": loop.results}
+        result = by_reference(state, loop.results, f"{state.execution_id}/{run.run_id}/loop.done", em.out)
+        payload = {**counts, "result": result}
         em.event("loop.done", "loop", run.step, "success", payload, run)
         _on_terminal(state, run, "loop.done", payload, em)
 
@@ -407,7 +449,8 @@ def _maybe_finish(state: ExecutionState, em: _Emitter) -> None:
     if state.finished or state.pending > 0:
         return
     state.finished = True
-    state.status = "failed" if state.failed else "success"
+    state.status = "cancelled" if state.cancelled else "failed" if state.failed else "success"
+    ctx = by_reference(state, state.ctx, f"{state.execution_id}/ctx", em.out) if state.ctx else state.ctx
     em.event(
         "workflow.finished",
         "workflow",
@@ -417,7 +460,7 @@ def _maybe_finish(state: ExecutionState, em: _Emitter) -> None:
             "status": state.status,
             "result": None if state.failed else state.result,
             "error": state.error,
-            "ctx": state.ctx,
+            "ctx": ctx,
         },
     )
     em.event(

@@ -56,7 +56,8 @@ class ExecutionState:
     runs: dict[str, RunState] = field(default_factory=dict)
     run_counter: int = 0
     pending: int = 0  # runs admitted and not yet terminal
-    failed: bool = False  # an unhandled failure happened
+    failed: bool = False  # an unhandled failure happened (a cancel counts as one)
+    cancelled: bool = False
     error: dict[str, Any] | None = None
     finished: bool = False
     status: str = "running"  # running | success | failed

@@ -15,6 +15,7 @@ from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events, read_messages
 from noetl.events.envelope import dumps
 from noetl.events.ids import execution_id_for
+from noetl.events.objects import is_reference, resolve
 
 
 async def wait_finished(
@@ -43,4 +44,7 @@ async def run_and_wait(nc: NATS, request: dict[str, Any], timeout: float | None 
     await js.publish(s.REQUEST_SUBJECT, dumps(request), headers={"Nats-Msg-Id": request["request_id"]})
     await wait_finished(nc, execution_id, timeout, already_subscribed=sub)
     await asyncio.sleep(0)
-    return execution_output(execution_id, await read_execution_events(js, execution_id))
+    out = execution_output(execution_id, await read_execution_events(js, execution_id))
+    if is_reference(out.get("ctx")):
+        out["ctx"] = await resolve(js, out["ctx"])
+    return out

@@ -7,6 +7,7 @@ the playbook text, the payload and the list of keychain entries that did not res
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import UTC, datetime
 from typing import Any
@@ -94,12 +95,34 @@ class RequestHandler:
         )
         return {"execution_id": execution_id}
 
+    async def cancel(self, data: bytes) -> dict[str, Any]:
+        """Record a cancel request as an engine input; the engine decides what it stops."""
+        try:
+            req = json.loads(data)
+            execution_id = str(req["execution_id"])
+        except (ValueError, KeyError, TypeError):
+            log.warning('cancel request ignored: it needs {"execution_id": ...}')
+            return {"error": {"kind": "request_invalid", "message": "cancel needs execution_id"}}
+        partition = s.partition_of(execution_id, self.partitions)
+        event = make_event(
+            event_id=derive_id("cancel", execution_id),
+            execution_id=execution_id,
+            timestamp=now(),
+            source="server",
+            name="execution.cancel.requested",
+            entity_type="workflow",
+            entity_id=execution_id,
+            status="in_progress",
+            payload={"reason": str(req.get("reason") or "cancelled by request")},
+        )
+        subject = s.event_subject(partition, execution_id, event["name"])
+        await publish_all(self.js, [(subject, dumps(event), event["event_id"])])
+        return {"execution_id": execution_id, "cancel": "requested"}
+
     def _parse(self, data: bytes) -> dict[str, Any]:
         if len(data) > MAX_REQUEST_BYTES:
             raise RequestInvalidError(f"request is {len(data)} bytes; the limit is {MAX_REQUEST_BYTES}")
         try:
-            import json
-
             req = json.loads(data)
         except ValueError as e:
             raise RequestInvalidError(

@@ -17,7 +17,7 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import KeyNotFoundError
+from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from noetl.engine import ExecutionState, decide, is_input, new_state
 from noetl.engine.fold import replay
@@ -73,7 +73,7 @@ class Server:
 
     async def _request_loop(self) -> None:
         sub = await self.js.pull_subscribe(
-            s.REQUEST_SUBJECT,
+            s.REQUESTS_FILTER,
             durable="noetl-server-requests",
             stream=s.REQUESTS_STREAM,
             config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=30, max_deliver=5),
@@ -90,7 +90,10 @@ class Server:
             for m in msgs:
                 msg_id = (m.headers or {}).get("Nats-Msg-Id")
                 try:
-                    await self.requests.handle(m.data, msg_id)
+                    if m.subject == s.CANCEL_SUBJECT:
+                        await self.requests.cancel(m.data)
+                    else:
+                        await self.requests.handle(m.data, msg_id)
                 except Exception:
                     log.exception("request handling failed; it will be redelivered")
                     await m.nak(delay=1)
@@ -107,33 +110,46 @@ class Server:
             return 0
 
     async def _partition_loop(self, partition: int) -> None:
+        """Read the partition's inputs in order with a durable pull consumer of our own.
+
+        The consumer is recreated from the checkpoint at start (so nothing after the checkpoint is
+        skipped however the last process died) and is file-backed (so it survives a nats-server
+        restart). It needs no acks: the checkpoint is the acknowledgement. An input delivered twice
+        is harmless: the engine ignores an input for a run that already ended.
+        """
+        name = f"noetl-server-p{partition}"
         start = await self._checkpoint(partition)
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-
-        async def on_msg(msg: Any) -> None:
-            queue.put_nowait(msg)
-
-        cfg = ConsumerConfig(
-            filter_subjects=s.partition_input_filters(partition),
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start else DeliverPolicy.ALL,
-            opt_start_seq=start + 1 if start else None,
+        with contextlib.suppress(NotFoundError):
+            await self.js.delete_consumer(s.EVENTS_STREAM, name)
+        await self.js.add_consumer(
+            s.EVENTS_STREAM,
+            ConsumerConfig(
+                durable_name=name,
+                ack_policy=AckPolicy.NONE,
+                filter_subjects=s.partition_input_filters(partition),
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start else DeliverPolicy.ALL,
+                opt_start_seq=start + 1 if start else None,
+                max_waiting=4,
+            ),
         )
-        sub = await self.js.subscribe(
-            s.EVENTS_FILTER, stream=s.EVENTS_STREAM, cb=on_msg, ordered_consumer=True, config=cfg
-        )
-        try:
-            while True:
-                batch = [await queue.get()]
-                while len(batch) < BATCH and not queue.empty():
-                    batch.append(queue.get_nowait())
-                await self._process_batch(partition, batch)
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        sub = await self.js.pull_subscribe_bind(durable=name, stream=s.EVENTS_STREAM)
+        while not self._stopping.is_set():
+            try:
+                batch = await sub.fetch(BATCH, timeout=1)
+            except TimeoutError:
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # NATS restarting: the durable consumer is still there after
+                log.warning("event fetch failed (%s); retrying", e)
+                await asyncio.sleep(0.2)
+                continue
+            await self._process_batch(partition, batch)
 
     async def _process_batch(self, partition: int, batch: list[Any]) -> None:
         out: list[tuple[str, bytes, str]] = []
         commands: list[tuple[str, bytes, str]] = []
+        objects: list[tuple[str, bytes]] = []
         last_seq = 0
         for msg in batch:
             last_seq = msg.metadata.sequence.stream
@@ -153,18 +169,46 @@ class Server:
                 continue
             if decision is None:
                 continue
+            objects.extend(decision.objects)
             for ev in decision.events:
                 out.append(
                     (s.event_subject(partition, ev["execution_id"], ev["name"]), dumps(ev), ev["event_id"])
                 )
             for cmd in decision.commands:
                 commands.append((s.command_subject(cmd["pool"]), dumps(cmd), cmd["command_id"]))
-        # events before commands: a worker's events then always follow the step.scheduled they answer
-        await publish_all(self.js, out + commands)
+        # objects before the events that refer to them; events before commands, so a worker's
+        # events always follow the step.scheduled they answer
+        await self._until_stored(self._store(objects, out + commands, partition, last_seq))
         self.decided += len(batch)
-        await self.kv.put(f"checkpoint.p{partition}", str(last_seq).encode())
         for eid in [e for e, st in self.states.items() if st.finished]:
             del self.states[eid]
+
+    def _store(
+        self, objects: list[tuple[str, bytes]], msgs: list[tuple[str, bytes, str]], partition: int, seq: int
+    ) -> Any:
+        async def attempt() -> None:
+            if objects:
+                obs = await self.js.object_store(s.RESULTS_BUCKET)
+                for key, data in objects:
+                    await obs.put(key, data)
+            await publish_all(self.js, msgs)
+            await self.kv.put(f"checkpoint.p{partition}", str(seq).encode())
+
+        return attempt
+
+    async def _until_stored(self, attempt: Any) -> None:
+        """Decisions are made once and have fixed ids: on a NATS outage, publish them again."""
+        delay = 0.1
+        while True:
+            try:
+                await attempt()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("storing decisions failed (%s); retrying in %.1f s", e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def _decide(self, event: dict[str, Any], seq: int) -> Any:
         eid = event.get("execution_id")

@@ -13,17 +13,16 @@ from typing import Any
 from nats.js import JetStreamContext
 
 from noetl.events import subjects as s
-from noetl.events.envelope import dumps, loads
+from noetl.events.envelope import dumps
+from noetl.events.objects import is_reference, resolve
+
+__all__ = ["externalize", "is_reference", "resolve"]
 
 DEFAULT_LIMIT = 65_536
 
 
-def is_reference(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("store") == "nats.object" and "key" in value
-
-
 async def externalize(js: JetStreamContext, value: Any, key: str, limit: int = DEFAULT_LIMIT) -> Any:
-    if value is None or isinstance(value, (bool, int, float)):
+    if value is None or isinstance(value, (bool, int, float)) or is_reference(value):
         return value
     data = dumps(value)
     if len(data) <= limit:
@@ -36,12 +35,3 @@ async def externalize(js: JetStreamContext, value: Any, key: str, limit: int = D
         "size": len(data),
         "checksum": "sha256:" + hashlib.sha256(data).hexdigest(),
     }
-
-
-async def resolve(js: JetStreamContext, ref: dict[str, Any]) -> Any:
-    import io
-
-    obs = await js.object_store(s.RESULTS_BUCKET)
-    buf = io.BytesIO()
-    await obs.get(ref["key"], writeinto=buf)
-    return loads(buf.getvalue())

@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,13 +31,16 @@ from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.ids import derive_id
 from noetl.events.streams import ensure_all
 from noetl.worker.masking import Masker
-from noetl.worker.pipeline import Pipeline, Snapshot
+from noetl.worker.pipeline import Pipeline, RunResult, Snapshot
 from noetl.worker.results import externalize
 
 log = logging.getLogger("noetl.worker")
 
-ACK_WAIT = 30.0
-MAX_DELIVER = 5
+# The lease: a command not acked or touched (in-progress ack) within ACK_WAIT goes to another worker.
+ACK_WAIT = float(os.environ.get("NOETL_ACK_WAIT", "30"))
+# A command delivered this many times keeps killing workers: it ends as worker_lost instead.
+MAX_DELIVER = int(os.environ.get("NOETL_MAX_DELIVER", "5"))
+_CANCELLED_KEEP = 10_000
 
 
 def _now() -> str:
@@ -55,6 +61,10 @@ class Worker:
         self._playbooks: dict[str, Playbook] = {}
         self.services: dict[str, Any] = {"js": self.js, "nc": nc}
         self.completed = 0
+        self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._cancelled: dict[str, None] = {}  # execution ids, oldest first
+        self._by_execution: dict[str, set[asyncio.Task[Any]]] = {}
+        self._cancel_sub: Any = None
 
     async def start(self) -> None:
         await ensure_all(self.js)
@@ -67,11 +77,15 @@ class Worker:
         self.services["catalog"] = self.catalog
         import noetl.worker.tools  # noqa: F401  (registers the kinds)
 
+        self._cancel_sub = await self.nc.subscribe(s.CANCEL_EVENTS_FILTER, cb=self._on_cancel)
         self._loop_task = asyncio.create_task(self._pull_loop(), name=f"noetl-worker-{self.pool}")
 
     async def stop(self, drain: bool = True) -> None:
         """Stop pulling; with ``drain`` let running commands finish (SIGTERM), else abandon them."""
         self._stopping.set()
+        if self._cancel_sub is not None:
+            with contextlib.suppress(Exception):
+                await self._cancel_sub.unsubscribe()
         if self._loop_task:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -118,11 +132,26 @@ class Worker:
             with contextlib.suppress(Exception):
                 await msg.in_progress()
 
+    async def _on_cancel(self, msg: Any) -> None:
+        """Stop this execution's running commands; its later commands end at once as cancelled."""
+        try:
+            execution_id = loads(msg.data)["execution_id"]
+        except (ValueError, KeyError, TypeError):
+            return
+        self._cancelled[execution_id] = None
+        while len(self._cancelled) > _CANCELLED_KEEP:
+            del self._cancelled[next(iter(self._cancelled))]
+        for task in list(self._by_execution.get(execution_id, ())):
+            task.cancel()
+
     async def _handle(self, msg: Any) -> None:
         lease = asyncio.create_task(self._lease(msg))
         try:
             cmd = loads(msg.data)
-            await self._run_command(cmd, msg)
+            if msg.metadata.num_delivered >= MAX_DELIVER and MAX_DELIVER > 1:
+                await self._worker_lost(cmd, msg.metadata.num_delivered)
+            else:
+                await self._run_command(cmd, msg)
             await msg.ack()
             self.completed += 1
         except asyncio.CancelledError:
@@ -133,6 +162,42 @@ class Worker:
                 await msg.nak(delay=1)
         finally:
             lease.cancel()
+
+    async def _worker_lost(self, cmd: dict[str, Any], delivered: int) -> None:
+        err = {
+            "kind": "worker_lost",
+            "retryable": False,
+            "message": f"step {cmd['step']}: its command was delivered {delivered} times and no worker "
+            "finished it (workers crashing or killed while running it, e.g. out of memory); "
+            "not trying again",
+        }
+        await self._publish_terminal(cmd, False, {"result": None, "ctx_patches": [], "error": err})
+
+    async def _publish_terminal(self, cmd: dict[str, Any], ok: bool, payload: dict[str, Any]) -> None:
+        index = cmd.get("index")
+        if index is None:
+            name, entity = ("step.done" if ok else "step.failed"), "step"
+        else:
+            name, entity = ("loop.iteration.done" if ok else "loop.iteration.failed"), "loop"
+            payload = {**payload, "index": index}
+        payload["worker"] = self.worker_id
+        exec_id = cmd["execution_id"]
+        ev = make_event(
+            event_id=derive_id(cmd["command_id"], "terminal"),
+            timestamp=_now(),
+            source="worker",
+            name=name,
+            entity_type=entity,  # type: ignore[arg-type]
+            entity_id=cmd["step"],
+            status="success" if ok else "error",
+            payload=payload,
+            execution_id=exec_id,
+            step_run_id=cmd["step_run_id"],
+            parent_execution_id=cmd.get("parent_execution_id"),
+            trace_id=cmd.get("trace_id"),
+        )
+        subject = s.event_subject(s.partition_of(exec_id), exec_id, name)
+        await publish_all(self.js, [(subject, dumps(ev), ev["event_id"])])
 
     async def _playbook(self, digest: str) -> Playbook:
         pb = self._playbooks.get(digest)
@@ -150,6 +215,31 @@ class Worker:
             if got is not None:
                 out[entry.name] = got.get("data", got)
         return out
+
+    async def _run_pipeline(
+        self, execution_id: str, pipe: Pipeline, snapshot: Snapshot | None, iter_: dict[str, Any] | None
+    ) -> RunResult:
+        cancelled = RunResult(
+            ok=False,
+            error={"kind": "cancelled", "retryable": False, "message": "the execution was cancelled"},
+        )
+        if execution_id in self._cancelled:
+            return cancelled
+        task = asyncio.create_task(pipe.run(snapshot, iter_))
+        running = self._by_execution.setdefault(execution_id, set())
+        running.add(task)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if execution_id in self._cancelled and not (current and current.cancelling()):
+                return cancelled
+            task.cancel()
+            raise
+        finally:
+            running.discard(task)
+            if not running:
+                self._by_execution.pop(execution_id, None)
 
     async def _run_command(self, cmd: dict[str, Any], msg: Any) -> None:
         playbook = await self._playbook(cmd["playbook_digest"])
@@ -259,7 +349,7 @@ class Worker:
                 "step",
                 step.name,
                 "in_progress",
-                {"args": cmd.get("args") or {}},
+                {"args": cmd.get("args") or {}, "worker": self.worker_id},
                 derive_id(cid, "step.started"),
             )
         pipe = Pipeline(
@@ -276,23 +366,13 @@ class Worker:
             checkpoint=checkpoint,
             command_id=cid,
         )
-        res = await pipe.run(snapshot, cmd.get("iter"))
+        res = await self._run_pipeline(exec_id, pipe, snapshot, cmd.get("iter"))
         result = await externalize(self.js, masker.mask(res.result), f"{key_base}/result", limit)
         payload: dict[str, Any] = {"result": result, "ctx_patches": masker.mask(res.ctx_patches)}
         if not res.ok:
             payload["error"] = masker.mask(res.error)
-        if index is None:
-            name = "step.done" if res.ok else "step.failed"
-            event(
-                name, "step", step.name, "success" if res.ok else "error", payload, derive_id(cid, "terminal")
-            )
-        else:
-            payload["index"] = index
-            name = "loop.iteration.done" if res.ok else "loop.iteration.failed"
-            event(
-                name, "loop", step.name, "success" if res.ok else "error", payload, derive_id(cid, "terminal")
-            )
         await flush()
+        await self._publish_terminal(cmd, res.ok, payload)
         if ikey is not None and wrote:
             with contextlib.suppress(Exception):
                 await self.iter_kv.purge(ikey)

@@ -1,0 +1,32 @@
+"""Reading values that travel by reference (``{store: nats.object, key, size, checksum}``).
+
+Reads go through ``get(..., writeinto=...)``: nats-py's plain object-store ``get`` is quadratic
+in the object's size (ENVIRONMENT.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from typing import Any
+
+from nats.js import JetStreamContext
+
+from noetl.events import subjects as s
+from noetl.events.envelope import loads
+
+
+def is_reference(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("store") == "nats.object" and "key" in value
+
+
+async def resolve(js: JetStreamContext, ref: dict[str, Any]) -> Any:
+    """The value behind a reference, checked against its checksum."""
+    obs = await js.object_store(s.RESULTS_BUCKET)
+    buf = io.BytesIO()
+    await obs.get(ref["key"], writeinto=buf)
+    data = buf.getvalue()
+    want = ref.get("checksum")
+    if want and want != "sha256:" + hashlib.sha256(data).hexdigest():
+        raise ValueError(f"object {ref['key']} does not match its checksum {want}")
+    return loads(data)
