@@ -72,7 +72,9 @@ class Cluster:
         return p.wait(timeout=30)
 
     def output(self) -> str:
-        return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in self.logs if p.exists())
+        return "\n".join(
+            f"== {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in self.logs if p.exists()
+        )
 
     def close(self) -> None:
         for p in self.procs:

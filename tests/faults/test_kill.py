@@ -62,8 +62,8 @@ def chain(n: int, sleep: float) -> str:
             f"        code: |\n          import time\n          def main():\n"
             f"              time.sleep({sleep})\n              return {i}{nxt}"
         )
-    body = "\n".join(steps).replace("step: s1}", "step: s1}")
-    return f"apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{name: chain, path: faults/chain}}\nworkflow:\n{body}\n"
+    head = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: chain, path: faults/chain}\n"
+    return head + "workflow:\n" + "\n".join(steps) + "\n"
 
 
 async def submit(nc: Any, playbook: str) -> str:

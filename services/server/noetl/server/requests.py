@@ -25,7 +25,8 @@ from noetl.events.ids import derive_id, execution_id_for
 
 log = logging.getLogger("noetl.server")
 
-MAX_REQUEST_BYTES = 1024 * 1024
+# below NATS's own 1 MiB message limit, so the limit is ours to report, with a reason
+MAX_REQUEST_BYTES = 512 * 1024
 
 
 def now() -> str:
@@ -45,7 +46,12 @@ class RequestHandler:
             req = self._parse(data)
         except RequestInvalidError as e:
             log.warning("request rejected: %s", e.message)
-            return {"error": e.to_dict()}
+            known = self._known_id(data, msg_id)
+            if known is None:
+                return {"error": e.to_dict()}
+            execution_id = execution_id_for(known)
+            await self._reject(execution_id, s.partition_of(execution_id, self.partitions), e.to_dict(), {})
+            return {"execution_id": execution_id, "error": e.to_dict()}
         request_id = str(
             req.get("request_id") or msg_id or derive_id("request", data.decode(errors="replace"))
         )
@@ -118,6 +124,18 @@ class RequestHandler:
         subject = s.event_subject(partition, execution_id, event["name"])
         await publish_all(self.js, [(subject, dumps(event), event["event_id"])])
         return {"execution_id": execution_id, "cancel": "requested"}
+
+    @staticmethod
+    def _known_id(data: bytes, msg_id: str | None) -> str | None:
+        """The request id of a rejected request, when the sender gave one: it may be waiting."""
+        if len(data) <= MAX_REQUEST_BYTES:
+            try:
+                req = json.loads(data)
+                if isinstance(req, dict) and isinstance(req.get("request_id"), str):
+                    return req["request_id"]
+            except ValueError:
+                pass
+        return msg_id
 
     def _parse(self, data: bytes) -> dict[str, Any]:
         if len(data) > MAX_REQUEST_BYTES:
