@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,6 +23,17 @@ from noetl.events.envelope import dumps, loads
 
 async def _quiet_error_cb(e: Exception) -> None:  # reconnect chatter is logged elsewhere
     return None
+
+
+def tls_context() -> ssl.SSLContext | None:
+    """TLS from NOETL_NATS_TLS_CA (server verification) and NOETL_NATS_TLS_CERT/KEY (client auth)."""
+    ca, cert, key = (os.environ.get(f"NOETL_NATS_TLS_{n}") for n in ("CA", "CERT", "KEY"))
+    if not (ca or cert):
+        return None
+    ctx = ssl.create_default_context(cafile=ca) if ca else ssl.create_default_context()
+    if cert:
+        ctx.load_cert_chain(cert, key)
+    return ctx
 
 
 async def connect(url: str, *, name: str = "noetl", **opts: Any) -> NATS:
@@ -40,6 +52,11 @@ async def connect(url: str, *, name: str = "noetl", **opts: Any) -> NATS:
         kw["token"] = os.environ["NOETL_NATS_TOKEN"]
     if os.environ.get("NOETL_NATS_CREDS"):
         kw["user_credentials"] = os.environ["NOETL_NATS_CREDS"]
+    if os.environ.get("NOETL_NATS_NKEY_SEED"):
+        kw["nkeys_seed"] = os.environ["NOETL_NATS_NKEY_SEED"]
+    tls = tls_context()
+    if tls is not None:
+        kw["tls"] = tls
     kw.update(opts)
     return await nats.connect(url, **kw)
 

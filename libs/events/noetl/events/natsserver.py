@@ -40,7 +40,10 @@ def free_port() -> int:
 class NatsServer:
     """Start with ``start()``, stop with ``stop()``; the store dir is removed unless given."""
 
-    def __init__(self, store_dir: str | None = None, port: int | None = None) -> None:
+    def __init__(
+        self, store_dir: str | None = None, port: int | None = None, extra_args: list[str] | None = None
+    ) -> None:
+        self.extra_args = list(extra_args or [])
         self._own_dir = store_dir is None
         self.store_dir = store_dir or tempfile.mkdtemp(prefix="noetl-nats-")
         self.port = port or free_port()
@@ -63,6 +66,7 @@ class NatsServer:
             str(self.monitor_port),
             "-sd",
             self.store_dir,
+            *self.extra_args,
         ]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
