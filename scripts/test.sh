@@ -2,7 +2,7 @@
 # Sets up, then runs lint, the whole test suite and the conformance suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+./scripts/setup.sh test,helm
 export NOETL_TEST_PG_DSN=${NOETL_TEST_PG_DSN:-postgresql://postgres@127.0.0.1:5432/test}
 # PostgreSQL runs on this kind of machine; start it when it is down (best effort elsewhere).
 if command -v pg_ctlcluster >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then

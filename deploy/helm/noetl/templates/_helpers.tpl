@@ -1,0 +1,239 @@
+{{/*
+Expand the name of the chart.
+*/}}
+{{- define "noetl.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Create a default fully qualified app name.
+We truncate at 63 chars because some Kubernetes name fields are limited to this (by the DNS naming spec).
+If release name contains chart name it will be used as a full name.
+*/}}
+{{- define "noetl.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Create chart name and version as used by the chart label.
+*/}}
+{{- define "noetl.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+A name for a component: "<fullname>-<suffix>", within 63 characters: the full name gives way,
+so two suffixes never collide.
+Input: (dict "ctx" $ "suffix" "server")
+*/}}
+{{- define "noetl.componentName" -}}
+{{- $room := sub 62 (len .suffix) | int }}
+{{- printf "%s-%s" (include "noetl.fullname" .ctx | trunc $room | trimSuffix "-") .suffix | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Common labels. Input: (dict "ctx" $ "component" "server"|"worker"|"" "pool" NAME|"")
+*/}}
+{{- define "noetl.labels" -}}
+helm.sh/chart: {{ include "noetl.chart" .ctx }}
+{{ include "noetl.selectorLabels" . }}
+{{- if .ctx.Chart.AppVersion }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: noetl
+{{- end }}
+
+{{/*
+Selector labels. A worker pool's pods carry noetl.io/pool so that each pool's Deployment,
+and its PodDisruptionBudget, select only their own pods.
+*/}}
+{{- define "noetl.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "noetl.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+{{- with .component }}
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+{{- with .pool }}
+noetl.io/pool: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of the ServiceAccount to use.
+*/}}
+{{- define "noetl.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "noetl.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The noetl image.
+*/}}
+{{- define "noetl.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+The NATS URL: the bundled NATS chart's client Service when nats.enabled (named the way that
+chart names it), else nats.url.
+*/}}
+{{- define "noetl.natsUrl" -}}
+{{- if .Values.nats.enabled }}
+{{- $name := default "nats" .Values.nats.nameOverride }}
+{{- $full := printf "%s-%s" .Release.Name $name }}
+{{- if .Values.nats.fullnameOverride }}
+{{- $full = .Values.nats.fullnameOverride }}
+{{- else if contains $name .Release.Name }}
+{{- $full = .Release.Name }}
+{{- end }}
+{{- printf "nats://%s:4222" ($full | trunc 63 | trimSuffix "-") }}
+{{- else }}
+{{- required "nats.url is required when nats.enabled is false" .Values.nats.url }}
+{{- end }}
+{{- end }}
+
+{{/*
+Keys of the chart's own Secret: only the values given inline whose block names no
+existingSecret. Output: YAML map of key -> plain value (empty map when nothing is inline).
+*/}}
+{{- define "noetl.secretData" -}}
+{{- $d := dict }}
+{{- if not .Values.nats.auth.existingSecret }}
+{{- with .Values.nats.auth.user }}{{ $_ := set $d "nats-user" . }}{{ end }}
+{{- with .Values.nats.auth.password }}{{ $_ := set $d "nats-password" . }}{{ end }}
+{{- with .Values.nats.auth.token }}{{ $_ := set $d "nats-token" . }}{{ end }}
+{{- end }}
+{{- if not .Values.credentials.existingSecret }}
+{{- with .Values.credentials.key }}{{ $_ := set $d "credentials-key" . }}{{ end }}
+{{- end }}
+{{- if not .Values.auth.existingSecret }}
+{{- with .Values.auth.apiToken }}{{ $_ := set $d "api-token" . }}{{ end }}
+{{- with .Values.auth.adminToken }}{{ $_ := set $d "api-admin-token" . }}{{ end }}
+{{- end }}
+{{- toYaml $d }}
+{{- end }}
+
+{{/*
+One env var read from a Secret key. Input: (dict "env" NAME "secret" SECRET "key" KEY "optional" BOOL)
+*/}}
+{{- define "noetl.secretEnv" -}}
+- name: {{ .env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secret }}
+      key: {{ .key }}
+      {{- if .optional }}
+      optional: true
+      {{- end }}
+{{- end }}
+
+{{/*
+Environment shared by the server and the workers: NATS auth and TLS, the keychain key.
+Secrets reach the process only through secretKeyRef, never through the ConfigMap or args.
+*/}}
+{{- define "noetl.env" -}}
+{{- $own := include "noetl.fullname" . }}
+{{- $data := include "noetl.secretData" . | fromYaml -}}
+- name: HOME
+  value: /tmp
+{{- with .Values.nats.auth }}
+{{- if .existingSecret }}
+{{ include "noetl.secretEnv" (dict "env" "NOETL_NATS_USER" "secret" .existingSecret "key" "nats-user" "optional" true) }}
+{{ include "noetl.secretEnv" (dict "env" "NOETL_NATS_PASSWORD" "secret" .existingSecret "key" "nats-password" "optional" true) }}
+{{ include "noetl.secretEnv" (dict "env" "NOETL_NATS_TOKEN" "secret" .existingSecret "key" "nats-token" "optional" true) }}
+{{- else }}
+{{- if hasKey $data "nats-user" }}
+{{ include "noetl.secretEnv" (dict "env" "NOETL_NATS_USER" "secret" $own "key" "nats-user") }}
+{{- end }}
+{{- if hasKey $data "nats-password" }}
+{{ include "noetl.secretEnv" (dict "env" "NOETL_NATS_PASSWORD" "secret" $own "key" "nats-password") }}
+{{- end }}
+{{- if hasKey $data "nats-token" }}
+{{ include "noetl.secretEnv" (dict "env" "NOETL_NATS_TOKEN" "secret" $own "key" "nats-token") }}
+{{- end }}
+{{- end }}
+{{- if .credsSecret }}
+- name: NOETL_NATS_CREDS
+  value: /etc/noetl/nats-creds/nats.creds
+{{- end }}
+{{- end }}
+{{- with .Values.nats.tls }}
+{{- if .enabled }}
+- name: NOETL_NATS_TLS_CA
+  value: {{ printf "/etc/noetl/nats-tls/%s" .ca | quote }}
+{{- if and .cert .key }}
+- name: NOETL_NATS_TLS_CERT
+  value: {{ printf "/etc/noetl/nats-tls/%s" .cert | quote }}
+- name: NOETL_NATS_TLS_KEY
+  value: {{ printf "/etc/noetl/nats-tls/%s" .key | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if .Values.credentials.existingSecret }}
+{{ include "noetl.secretEnv" (dict "env" "NOETL_CREDENTIALS_KEY" "secret" .Values.credentials.existingSecret "key" "credentials-key") }}
+{{- else if hasKey $data "credentials-key" }}
+{{ include "noetl.secretEnv" (dict "env" "NOETL_CREDENTIALS_KEY" "secret" $own "key" "credentials-key") }}
+{{- end }}
+{{- end }}
+
+{{/*
+Volume mounts shared by the server and the workers. /tmp is writable; the root filesystem is not.
+*/}}
+{{- define "noetl.volumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+{{- if .Values.nats.tls.enabled }}
+- name: nats-tls
+  mountPath: /etc/noetl/nats-tls
+  readOnly: true
+{{- end }}
+{{- if .Values.nats.auth.credsSecret }}
+- name: nats-creds
+  mountPath: /etc/noetl/nats-creds
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/*
+Volumes matching noetl.volumeMounts. Secret files are readable by the pod's group only (0440).
+*/}}
+{{- define "noetl.volumes" -}}
+- name: tmp
+  emptyDir: {}
+{{- if .Values.nats.tls.enabled }}
+- name: nats-tls
+  secret:
+    secretName: {{ required "nats.tls.existingSecret is required when nats.tls.enabled" .Values.nats.tls.existingSecret }}
+    defaultMode: 288
+{{- end }}
+{{- with .Values.nats.auth.credsSecret }}
+- name: nats-creds
+  secret:
+    secretName: {{ . }}
+    defaultMode: 288
+    items:
+      - key: nats.creds
+        path: nats.creds
+{{- end }}
+{{- end }}
+
+{{/*
+Pod annotations that roll the pods when the ConfigMap or the chart's Secret changes.
+*/}}
+{{- define "noetl.checksums" -}}
+checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
+checksum/secret: {{ include (print .Template.BasePath "/secret.yaml") . | sha256sum }}
+{{- end }}
