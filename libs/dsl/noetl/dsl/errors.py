@@ -19,6 +19,7 @@ The same ``kind`` appears in task outcomes (``outcome.error.kind``), in events
     │   ├── DuckdbError             duckdb_error
     │   ├── PythonError             python_error
     │   └── ChildExecutionError     child_failed
+    ├── PayloadTooLargeError        payload_too_large     (a command or event over JetStream's limit)
     ├── ResultStoreError            result_store_error
     ├── WorkerLostError             worker_lost
     └── RequestInvalidError         request_invalid
@@ -130,6 +131,10 @@ class PythonError(ToolError):
 
 class ChildExecutionError(ToolError):
     kind = "child_failed"
+
+
+class PayloadTooLargeError(NoetlError):
+    kind = "payload_too_large"
 
 
 class ResultStoreError(NoetlError):

@@ -69,9 +69,12 @@ class Catalog:
             keys = await self.kv.keys()
         except Exception:  # nats-py raises NoKeysError on an empty bucket
             return []
-        out = []
+        seen: dict[tuple[str, str | None, str], dict[str, Any]] = {}
         for k in keys:
-            if k.startswith("path.") and not k.endswith(".latest"):
+            if k.startswith("path."):
                 e = await self.kv.get(k)
-                out.append(json.loads(e.value))
-        return sorted(out, key=lambda x: (x["path"], str(x.get("version"))))
+                if e.value:
+                    entry = json.loads(e.value)
+                    # `latest` repeats a versioned entry; an unversioned playbook has only `latest`
+                    seen.setdefault((entry["path"], entry.get("version"), entry["digest"]), entry)
+        return sorted(seen.values(), key=lambda x: (x["path"], str(x.get("version"))))

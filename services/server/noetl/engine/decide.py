@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from noetl.dsl.cache import parse_playbook, template_engine
-from noetl.dsl.errors import LoopInNotListError, NoetlError, TemplateError
+from noetl.dsl.errors import LoopInNotListError, NoetlError, PayloadTooLargeError, TemplateError
 from noetl.dsl.model import Step
 from noetl.dsl.policy import admit, apply_patch, evaluate_arcs
 from noetl.dsl.specmerge import deep_merge, effective_step_spec
@@ -37,9 +37,45 @@ class Decision:
 
 
 DEFAULT_PAYLOAD_LIMIT = 65_536
+# JetStream refuses messages over 1 MiB; keep room for the envelope
+MAX_EVENT_PAYLOAD = 256 * 1024
+MAX_COMMAND_BYTES = 900 * 1024
 
 
-def by_reference(state: ExecutionState, value: Any, key: str, out: Decision) -> Any:
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), default=str, ensure_ascii=False).encode())
+
+
+def payload_limit(state: ExecutionState, step: Step | None = None) -> int:
+    """``policy.limits.max_payload_bytes`` as layered for the step (executor → step → loop)."""
+    if step is not None:
+        spec = effective_step_spec(state.playbook, step)
+    else:
+        spec = state.playbook.executor.get("spec") or {}
+    limits = (spec.get("policy") or {}).get("limits") or {}
+    return int(limits.get("max_payload_bytes", DEFAULT_PAYLOAD_LIMIT))
+
+
+def _too_large(state: ExecutionState, run: RunState) -> PayloadTooLargeError | None:
+    """A command carries ctx, workload and args; one over JetStream's limit could never be sent."""
+    size = _size({"ctx": state.ctx, "workload": state.workload, "args": run.args})
+    if size <= MAX_COMMAND_BYTES:
+        return None
+    return PayloadTooLargeError(
+        f"step {run.step}: its command would carry {size} bytes of ctx, workload and args "
+        f"(limit {MAX_COMMAND_BYTES}); keep large data in task results (they travel by reference) "
+        "and put only references or small values in ctx"
+    )
+
+
+def by_reference(
+    state: ExecutionState,
+    value: Any,
+    key: str,
+    out: Decision,
+    limit: int | None = None,
+    step: Step | None = None,
+) -> Any:
     """A value too large for an event leaves as ``{store, key, size, checksum}`` (SEMANTICS §11).
 
     Pure: the bytes and the reference are computed here; the adapter stores the bytes before it
@@ -47,12 +83,8 @@ def by_reference(state: ExecutionState, value: Any, key: str, out: Decision) -> 
     """
     if value is None or isinstance(value, (bool, int, float)):
         return value
-    limit = int(
-        (state.playbook.executor.get("spec") or {})
-        .get("policy", {})
-        .get("limits", {})
-        .get("max_payload_bytes", DEFAULT_PAYLOAD_LIMIT)
-    )
+    if limit is None:
+        limit = payload_limit(state, step)
     data = json.dumps(value, separators=(",", ":"), default=str, ensure_ascii=False).encode()
     if len(data) <= limit:
         return value
@@ -85,6 +117,9 @@ class _Emitter:
         run: RunState | None = None,
     ) -> dict[str, Any]:
         self.n += 1
+        if payload and _size(payload) > MAX_EVENT_PAYLOAD:
+            key = f"{self.state.execution_id}/events/{derive_id(self.cause_id, self.n)}"
+            payload = {"payload_ref": by_reference(self.state, payload, key, self.out, limit=0)}
         ev = make_event(
             event_id=derive_id(self.cause_id, self.n),
             execution_id=self.state.execution_id,
@@ -123,6 +158,7 @@ class _Emitter:
                 "ctx": st.ctx,
                 "workload": st.workload,
                 "playbook_digest": st.playbook.digest,
+                "partition": st.partition,
                 "parent_execution_id": st.parent_execution_id,
                 "trace_id": st.trace_id,
                 "timestamp": self.ts,
@@ -276,6 +312,8 @@ def _arrive(
         payload = {"result": None}
         em.event("step.done", "step", step_name, "success", payload, run)
         _on_terminal(state, run, "step.done", payload, em)
+    elif (too_large := _too_large(state, run)) is not None:
+        _server_step_failed(state, run, too_large, em)
     else:
         em.command(run)
 
@@ -362,6 +400,9 @@ def _start_loop(
             em,
         )
         return
+    if (too_large := _too_large(state, run)) is not None:
+        _server_step_failed(state, run, too_large, em)
+        return
     run.loop = LoopState(items=items, results=[None] * len(items), finished=[False] * len(items))
     em.event(
         "loop.started",
@@ -436,7 +477,8 @@ def _maybe_end_loop(state: ExecutionState, run: RunState, em: _Emitter) -> None:
         em.event("step.failed", "step", run.step, "error", payload, run)
         _on_terminal(state, run, "step.failed", payload, em)
     else:
-        result = by_reference(state, loop.results, f"{state.execution_id}/{run.run_id}/loop.done", em.out)
+        key = f"{state.execution_id}/{run.run_id}/loop.done"
+        result = by_reference(state, loop.results, key, em.out, step=step)
         payload = {**counts, "result": result}
         em.event("loop.done", "loop", run.step, "success", payload, run)
         _on_terminal(state, run, "loop.done", payload, em)

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
 from noetl.dsl import load_playbook
 from noetl.dsl.cache import digest_of
@@ -57,6 +58,8 @@ class RequestHandler:
         )
         execution_id = str(req.get("execution_id") or execution_id_for(request_id))
         partition = s.partition_of(execution_id, self.partitions)
+        if await self._already_requested(execution_id):
+            return {"execution_id": execution_id}   # the same answer a retry of the first got
         try:
             text, file = await self._playbook_text(req)
             playbook = load_playbook(text, file)
@@ -100,6 +103,15 @@ class RequestHandler:
             [(s.event_subject(partition, execution_id, event["name"]), dumps(event), event["event_id"])],
         )
         return {"execution_id": execution_id}
+
+    async def _already_requested(self, execution_id: str) -> bool:
+        """The same request id runs once, also after JetStream's duplicate window has passed."""
+        subject = s.execution_event_filter(execution_id, "playbook.execution.requested")
+        try:
+            await self.js.get_last_msg(s.EVENTS_STREAM, subject)
+        except NotFoundError:
+            return False
+        return True
 
     async def cancel(self, data: bytes) -> dict[str, Any]:
         """Record a cancel request as an engine input; the engine decides what it stops."""

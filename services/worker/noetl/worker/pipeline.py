@@ -22,7 +22,7 @@ from noetl.dsl.errors import (
 )
 from noetl.dsl.model import Playbook, Step, Task
 from noetl.dsl.policy import apply_patch, evaluate_task_policy
-from noetl.dsl.specmerge import effective_task_spec
+from noetl.dsl.specmerge import effective_step_spec, effective_task_spec
 from noetl.dsl.templates import TemplateEngine
 from noetl.worker.tools.base import Clock, ToolContext, get_tool
 from noetl.worker.tools.workbook import resolve_workbook
@@ -123,8 +123,7 @@ class Pipeline:
     async def run(self, snap: Snapshot | None = None, iter_: dict[str, Any] | None = None) -> RunResult:
         snap = snap or Snapshot(iter=iter_)
         tasks = self.step.tool
-        step_spec = effective_task_spec(self.playbook, self.step, tasks[0]) if tasks else {}
-        max_runs = int(step_spec.get("max_task_runs") or 10_000)
+        max_runs = int(effective_step_spec(self.playbook, self.step).get("max_task_runs") or 10_000)
         ctx = self.base_ctx
         for p in snap.ctx_patches:
             ctx = apply_patch(ctx, p)

@@ -22,8 +22,9 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import KeyNotFoundError
 
 from noetl.dsl.cache import parse_playbook, template_engine
+from noetl.dsl.errors import NoetlError, PayloadTooLargeError
 from noetl.dsl.model import Playbook
-from noetl.dsl.specmerge import effective_task_spec
+from noetl.dsl.specmerge import effective_step_spec
 from noetl.events import subjects as s
 from noetl.events.bus import publish_all
 from noetl.events.catalog import Catalog
@@ -41,6 +42,8 @@ ACK_WAIT = float(os.environ.get("NOETL_ACK_WAIT", "30"))
 # A command delivered this many times keeps killing workers: it ends as worker_lost instead.
 MAX_DELIVER = int(os.environ.get("NOETL_MAX_DELIVER", "5"))
 _CANCELLED_KEEP = 10_000
+# JetStream refuses messages over 1 MiB; leave room for the envelope
+MAX_TERMINAL_BYTES = 900 * 1024
 
 
 def _now() -> str:
@@ -182,6 +185,20 @@ class Worker:
             payload = {**payload, "index": index}
         payload["worker"] = self.worker_id
         exec_id = cmd["execution_id"]
+        if len(dumps(payload)) > MAX_TERMINAL_BYTES:
+            ok, name = False, name.replace(".done", ".failed")
+            err = PayloadTooLargeError(
+                f"step {cmd['step']}: its ctx patches and result take more than {MAX_TERMINAL_BYTES} bytes; "
+                "keep large data in task results (they travel by reference) and put only references "
+                "or small values in set_ctx"
+            )
+            payload = {
+                "result": None,
+                "ctx_patches": [],
+                "error": err.to_dict(),
+                "worker": self.worker_id,
+                **({"index": index} if index is not None else {}),
+            }
         ev = make_event(
             event_id=derive_id(cmd["command_id"], "terminal"),
             timestamp=_now(),
@@ -196,7 +213,7 @@ class Worker:
             parent_execution_id=cmd.get("parent_execution_id"),
             trace_id=cmd.get("trace_id"),
         )
-        subject = s.event_subject(s.partition_of(exec_id), exec_id, name)
+        subject = s.event_subject(int(cmd.get("partition") or 0), exec_id, name)
         await publish_all(self.js, [(subject, dumps(ev), ev["event_id"])])
 
     async def _playbook(self, digest: str) -> Playbook:
@@ -244,7 +261,13 @@ class Worker:
     async def _run_command(self, cmd: dict[str, Any], msg: Any) -> None:
         playbook = await self._playbook(cmd["playbook_digest"])
         step = playbook.step(cmd["step"])
-        keychain = await self._keychain(playbook)
+        try:
+            keychain = await self._keychain(playbook)
+        except NoetlError as e:  # e.g. no key to decrypt the store: say so, do not retry forever
+            await self._publish_terminal(
+                cmd, False, {"result": None, "ctx_patches": [], "error": e.to_dict()}
+            )
+            return
         masker = Masker(keychain)
         exec_id, run_id, index = cmd["execution_id"], cmd["step_run_id"], cmd.get("index")
         cid = cmd["command_id"]
@@ -254,17 +277,9 @@ class Worker:
             "parent_execution_id": cmd.get("parent_execution_id"),
             "trace_id": cmd.get("trace_id"),
         }
-        partition = s.partition_of(exec_id)
-        limit = (
-            int(
-                effective_task_spec(playbook, step, step.tool[0])
-                .get("policy", {})
-                .get("limits", {})
-                .get("max_payload_bytes", 65_536)
-            )
-            if step.tool
-            else 65_536
-        )
+        partition = int(cmd.get("partition") or 0)
+        limits = (effective_step_spec(playbook, step).get("policy") or {}).get("limits") or {}
+        limit = int(limits.get("max_payload_bytes", 65_536))
         pending: list[tuple[str, bytes, str]] = []
 
         def event(

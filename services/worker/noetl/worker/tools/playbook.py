@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from noetl.dsl.errors import ChildExecutionError, ToolError
+import nats.errors
+
+from noetl.dsl.errors import ChildExecutionError, TimeoutError_, ToolError
 from noetl.events import subjects as s
 from noetl.events.envelope import dumps, loads
 from noetl.events.ids import derive_id, execution_id_for
@@ -51,7 +53,22 @@ class PlaybookTool:
                 event = done[-1][1]
             else:
                 _, read = timeout_seconds(ctx.spec)
-                msg = await sub.next_msg(timeout=read if read and "timeout" in ctx.spec else 10**9)
+                limit = read if read and ctx.spec.get("timeout") is not None else 10**9
+                try:
+                    msg = await sub.next_msg(timeout=limit)
+                except nats.errors.TimeoutError:
+                    cancel = {"execution_id": child_id, "reason": f"parent task {ctx.task} timed out"}
+                    await js.publish(
+                        s.CANCEL_SUBJECT, dumps(cancel), headers={"Nats-Msg-Id": f"cancel-{child_id}"}
+                    )
+                    return error(
+                        TimeoutError_(
+                            f"child execution {child_id} of {path!r} did not finish within {limit} s "
+                            "(spec.timeout); it was cancelled",
+                            child_execution_id=child_id,
+                        ),
+                        child={"execution_id": child_id},
+                    )
                 event = loads(msg.data)
         finally:
             await sub.unsubscribe()
