@@ -61,28 +61,35 @@ async def connect(url: str, *, name: str = "noetl", **opts: Any) -> NATS:
     return await nats.connect(url, **kw)
 
 
-async def publish_all(
-    js: JetStreamContext, messages: Iterable[tuple[str, bytes, str]], timeout: float = 10.0
-) -> None:
-    """Publish (subject, data, msg_id) in order and wait for every ack.
-
-    The publishes go out back to back on one connection, so the stream stores them in this order;
-    waiting for the acks together costs one round trip instead of one per message.
-    """
-    futures = [
+async def send(js: JetStreamContext, messages: Iterable[tuple[str, bytes, str]]) -> list[asyncio.Future[Any]]:
+    """Publish (subject, data, msg_id) in order without waiting: the stream stores them in order."""
+    return [
         await js.publish_async(subject, data, headers={"Nats-Msg-Id": msg_id})
         for subject, data, msg_id in messages
     ]
+
+
+async def confirm(futures: list[asyncio.Future[Any]], timeout: float = 10.0) -> None:
+    """Wait for the acks of ``send``.
+
+    An ack lost to a reconnect never arrives: give up on the batch and let the caller publish it
+    again (same ids, so JetStream keeps one copy of each).
+    """
     if not futures:
         return
     try:
-        # an ack lost to a reconnect never arrives: give up on the batch and let the caller
-        # publish it again (same ids, so JetStream keeps one copy of each)
         await asyncio.wait_for(asyncio.gather(*futures), timeout)
     except BaseException:
         for f in futures:
-            f.cancel()   # also frees nats-py's slot for a pending async publish
+            f.cancel()  # also frees nats-py's slot for a pending async publish
         raise
+
+
+async def publish_all(
+    js: JetStreamContext, messages: Iterable[tuple[str, bytes, str]], timeout: float = 10.0
+) -> None:
+    """Publish in order and wait for every ack: one round trip for the batch, not one per message."""
+    await confirm(await send(js, messages), timeout)
 
 
 async def read_messages(

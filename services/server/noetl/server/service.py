@@ -25,12 +25,18 @@ from noetl.events import subjects as s
 from noetl.events.bus import publish_all, read_messages
 from noetl.events.catalog import Catalog
 from noetl.events.envelope import dumps, loads
+from noetl.events.puller import Puller
 from noetl.events.streams import ensure_all
 from noetl.server.requests import RequestHandler
 
 log = logging.getLogger("noetl.server")
 
 BATCH = 256
+
+
+def _ignore_result(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 class Server:
@@ -132,19 +138,22 @@ class Server:
                 max_waiting=4,
             ),
         )
-        sub = await self.js.pull_subscribe_bind(durable=name, stream=s.EVENTS_STREAM)
-        while not self._stopping.is_set():
-            try:
-                batch = await sub.fetch(BATCH, timeout=1)
-            except TimeoutError:
-                continue
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # NATS restarting: the durable consumer is still there after
-                log.warning("event fetch failed (%s); retrying", e)
-                await asyncio.sleep(0.2)
-                continue
-            await self._process_batch(partition, batch)
+        puller = await Puller(self.nc, s.EVENTS_STREAM, name).start()
+        try:
+            while not self._stopping.is_set():
+                try:
+                    batch = await puller.fetch(BATCH, wait=1.0)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # NATS restarting: the durable consumer is still there after
+                    log.warning("event fetch failed (%s); retrying", e)
+                    await asyncio.sleep(0.2)
+                    continue
+                if batch:
+                    await self._process_batch(partition, batch)
+        finally:
+            with contextlib.suppress(Exception):
+                await puller.stop()
 
     async def _process_batch(self, partition: int, batch: list[Any]) -> None:
         out: list[tuple[str, bytes, str]] = []
@@ -192,7 +201,12 @@ class Server:
                 for key, data in objects:
                     await obs.put(key, data)
             await publish_all(self.js, msgs)
-            await self.kv.put(f"checkpoint.p{partition}", str(seq).encode())
+            # the checkpoint moves only after the decisions are stored; its own ack is not awaited:
+            # a lost checkpoint costs a few harmless re-decisions after a restart, not correctness
+            fut = await self.js.publish_async(
+                f"$KV.{s.SERVER_BUCKET}.checkpoint.p{partition}", str(seq).encode()
+            )
+            fut.add_done_callback(_ignore_result)
 
         return attempt
 

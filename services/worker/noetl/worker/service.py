@@ -19,17 +19,18 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig
-from nats.js.errors import KeyNotFoundError
+from nats.js.errors import BadRequestError, KeyNotFoundError, NotFoundError
 
 from noetl.dsl.cache import parse_playbook, template_engine
 from noetl.dsl.errors import NoetlError, PayloadTooLargeError
 from noetl.dsl.model import Playbook
 from noetl.dsl.specmerge import effective_step_spec
 from noetl.events import subjects as s
-from noetl.events.bus import publish_all
+from noetl.events.bus import confirm, send
 from noetl.events.catalog import Catalog
 from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.ids import derive_id
+from noetl.events.puller import Puller
 from noetl.events.streams import ensure_all
 from noetl.worker.masking import Masker
 from noetl.worker.pipeline import Pipeline, RunResult, Snapshot
@@ -103,23 +104,39 @@ class Worker:
             await close_all()
 
     async def _pull_loop(self) -> None:
-        sub = await self.js.pull_subscribe(
-            s.command_subject(self.pool),
-            durable=s.worker_consumer(self.pool),
-            stream=s.COMMANDS_STREAM,
-            config=ConsumerConfig(
-                ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT, max_deliver=MAX_DELIVER, max_ack_pending=-1
-            ),
-        )
+        durable = s.worker_consumer(self.pool)
+        try:
+            await self.js.consumer_info(s.COMMANDS_STREAM, durable)
+        except NotFoundError:
+            with contextlib.suppress(BadRequestError):  # another worker of the pool created it first
+                await self.js.add_consumer(
+                    s.COMMANDS_STREAM,
+                    ConsumerConfig(
+                        durable_name=durable,
+                        filter_subject=s.command_subject(self.pool),
+                        ack_policy=AckPolicy.EXPLICIT,
+                        ack_wait=ACK_WAIT,
+                        max_deliver=MAX_DELIVER,
+                        max_ack_pending=-1,
+                    ),
+                )
+        puller = await Puller(self.nc, s.COMMANDS_STREAM, durable).start()
+        try:
+            await self._pull(puller)
+        finally:
+            with contextlib.suppress(Exception):
+                await puller.stop()
+
+    async def _pull(self, puller: Puller) -> None:
         while not self._stopping.is_set():
             free = self.concurrency - len(self._running)
             if free <= 0:
                 await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
                 continue
             try:
-                msgs = await sub.fetch(min(free, 64), timeout=1)
-            except TimeoutError:
-                continue
+                msgs = await puller.fetch(min(free, 64), wait=1.0)
+            except asyncio.CancelledError:
+                raise
             except Exception as e:
                 log.warning("command fetch failed: %s", e)
                 await asyncio.sleep(0.2)
@@ -176,7 +193,14 @@ class Worker:
         }
         await self._publish_terminal(cmd, False, {"result": None, "ctx_patches": [], "error": err})
 
-    async def _publish_terminal(self, cmd: dict[str, Any], ok: bool, payload: dict[str, Any]) -> None:
+    async def _publish_terminal(
+        self,
+        cmd: dict[str, Any],
+        ok: bool,
+        payload: dict[str, Any],
+        before: list[asyncio.Future[Any]] | None = None,
+    ) -> None:
+        """The terminal event, after (and confirmed together with) the run's earlier events."""
         index = cmd.get("index")
         if index is None:
             name, entity = ("step.done" if ok else "step.failed"), "step"
@@ -214,7 +238,7 @@ class Worker:
             trace_id=cmd.get("trace_id"),
         )
         subject = s.event_subject(int(cmd.get("partition") or 0), exec_id, name)
-        await publish_all(self.js, [(subject, dumps(ev), ev["event_id"])])
+        await confirm([*(before or []), *await send(self.js, [(subject, dumps(ev), ev["event_id"])])])
 
     async def _playbook(self, digest: str) -> Playbook:
         pb = self._playbooks.get(digest)
@@ -305,11 +329,13 @@ class Worker:
             )
             pending.append((s.event_subject(partition, exec_id, name), dumps(ev), eid))
 
+        inflight: list[asyncio.Future[Any]] = []
+
         async def flush() -> None:
+            """Send now, confirm with the terminal event: one wait per command, not per event."""
             if pending:
-                batch = list(pending)
+                inflight.extend(await send(self.js, pending))
                 pending.clear()
-                await publish_all(self.js, batch)
 
         key_base = f"{exec_id}/{run_id}/{index if index is not None else 's'}"
 
@@ -387,7 +413,7 @@ class Worker:
         if not res.ok:
             payload["error"] = masker.mask(res.error)
         await flush()
-        await self._publish_terminal(cmd, res.ok, payload)
+        await self._publish_terminal(cmd, res.ok, payload, inflight)
         if ikey is not None and wrote:
             with contextlib.suppress(Exception):
                 await self.iter_kv.purge(ikey)
