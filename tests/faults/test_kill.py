@@ -161,3 +161,48 @@ async def test_two_workers_share_a_pool_and_sigterm_drains(cluster: Cluster) -> 
     assert len(workers) == 2, workers
     done = Counter(e["payload"]["index"] for e in out["events"] if e["name"] == "loop.iteration.done")
     assert set(done.values()) == {1} and len(done) == 200
+
+
+KILLER = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: killer, path: faults/killer}
+workflow:
+  - step: start
+    next: {arcs: [{step: poison}]}
+  - step: poison
+    tool:
+      - name: die
+        kind: python
+        code: |
+          import os, signal
+          def main():
+              os.kill(os.getpid(), signal.SIGKILL)
+    next:
+      arcs:
+        - step: handled
+          when: "{{ event.name == 'step.failed' and event.error.kind == 'worker_lost' }}"
+  - step: handled
+    tool: {kind: noop, result: survived}
+"""
+
+
+async def test_a_command_that_keeps_killing_workers_ends_as_worker_lost(cluster: Cluster) -> None:
+    """Kills: every worker that runs the poison task (the task SIGKILLs its own process).
+    Asserts: after MaxDeliver deliveries (2 here) the step fails with worker_lost instead of
+    killing workers forever, and an arc routes that failure."""
+    cluster.server()
+    env = {"NOETL_MAX_DELIVER": "2"}
+    first = cluster._spawn("worker", "--concurrency", "4", env=env)
+    nc = await client(cluster.url)
+    try:
+        eid = await submit(nc, KILLER)
+        assert await asyncio.to_thread(first.wait, 60) == -signal.SIGKILL
+        cluster._spawn("worker", "--concurrency", "4", env=env)
+        out = await finish(nc, eid)
+    finally:
+        await nc.close()
+    assert out["status"] == "success", cluster.output()
+    (failed,) = out["steps"]["poison"]
+    assert failed["status"] == "failed" and failed["error"]["kind"] == "worker_lost"
+    assert out["result"] == "survived"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -28,11 +27,12 @@ def _payload(text: str | None) -> dict[str, Any]:
     return value
 
 
-def _setup_logging(verbose: bool) -> None:
-    level = os.environ.get("NOETL_LOG_LEVEL", "DEBUG" if verbose else "WARNING").upper()
-    logging.basicConfig(
-        stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+def _setup_logging(verbose: bool, command: str = "") -> None:
+    """Long-running services log at INFO; one-shot commands only warn (their output is the result)."""
+    from noetl.events.logs import configure
+
+    default = "DEBUG" if verbose else ("INFO" if command in ("server", "worker") else "WARNING")
+    configure(os.environ.get("NOETL_LOG_LEVEL", default))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -75,6 +75,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("noetl: interrupted", file=sys.stderr)
         return 130
+    except TimeoutError:
+        print(f"noetl: the execution did not finish within --timeout {args.timeout} s", file=sys.stderr)
+        if args.json:
+            err = {"kind": "timeout", "message": f"no workflow.finished within {args.timeout} s"}
+            print(json.dumps({"status": "failed", "error": err}))
+        return 1
     if args.json:
         print(json.dumps(out, default=str))
     else:
@@ -109,12 +115,24 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
 
         svc = Worker(nc, pool=args.pool, concurrency=args.concurrency)
     await svc.start()
+    from noetl.server.api.launch import start_operations
+
+    ops = await start_operations(
+        nc,
+        role,
+        svc,
+        http_host=getattr(args, "http_host", "127.0.0.1"),
+        http_port=getattr(args, "http_port", -1),
+    )
     print(f"noetl {role} running against {args.nats_url}", file=sys.stderr)
+    if ops.api is not None:
+        print(f"noetl {role}: HTTP API on {ops.api.url}", file=sys.stderr)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    await ops.stop()
     await svc.stop()
     await nc.drain()
 
@@ -227,6 +245,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("server", help="run the control plane")
     p.add_argument("--nats-url", default=nats_url)
     p.add_argument("--partitions", type=int, default=1)
+    p.add_argument(
+        "--http-port",
+        type=int,
+        default=int(os.environ.get("NOETL_HTTP_PORT", "8080")),
+        help="HTTP API port; 0 picks a free one (logged), -1 turns the API off",
+    )
+    p.add_argument("--http-host", default=os.environ.get("NOETL_HTTP_HOST", "127.0.0.1"))
     p.set_defaults(fn=cmd_server)
 
     p = sub.add_parser("worker", help="run a worker for a pool")
@@ -253,12 +278,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version")
     p.add_argument("--nats-url", default=nats_url)
     p.set_defaults(fn=cmd_catalog)
+
+    from noetl.cli import ops_cmd
+
+    ops_cmd.add_parsers(sub, nats_url)
+    from noetl.cli.analysis_cmd import add_parsers
+
+    add_parsers(sub, nats_url)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _setup_logging(args.verbose)
+    _setup_logging(args.verbose, args.command)
     return int(args.fn(args) or 0)
 
 

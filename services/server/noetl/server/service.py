@@ -190,7 +190,11 @@ class Server:
         await self._until_stored(self._store(objects, out + commands, partition, last_seq))
         self.decided += len(batch)
         for eid in [e for e, st in self.states.items() if st.finished]:
-            del self.states[eid]
+            st = self.states.pop(eid)
+            log.info(
+                "execution finished",
+                extra={"execution_id": eid, "status": st.status, "playbook": st.playbook.metadata.path},
+            )
 
     def _store(
         self, objects: list[tuple[str, bytes]], msgs: list[tuple[str, bytes, str]], partition: int, seq: int

@@ -24,6 +24,7 @@ from noetl.dsl.model import Playbook, Step, Task
 from noetl.dsl.policy import apply_patch, evaluate_task_policy
 from noetl.dsl.specmerge import effective_step_spec, effective_task_spec
 from noetl.dsl.templates import TemplateEngine
+from noetl.events import logs
 from noetl.worker.tools.base import Clock, ToolContext, get_tool
 from noetl.worker.tools.workbook import resolve_workbook
 
@@ -136,6 +137,7 @@ class Pipeline:
                 )
                 return self._fail(snap, err.to_dict())
             snap.runs += 1
+            logs.bind(task=task.name)
             context = self._context(snap, task, ctx)
             outcome = await self._run_task(task, context, snap.attempt, snap.runs)
             context["outcome"] = outcome

@@ -25,6 +25,7 @@ from noetl.dsl.cache import parse_playbook, template_engine
 from noetl.dsl.errors import NoetlError, PayloadTooLargeError
 from noetl.dsl.model import Playbook
 from noetl.dsl.specmerge import effective_step_spec
+from noetl.events import logs
 from noetl.events import subjects as s
 from noetl.events.bus import confirm, send
 from noetl.events.catalog import Catalog
@@ -255,6 +256,7 @@ class Worker:
             got = await self.credentials.get(entry.name) if self.credentials else None
             if got is not None:
                 out[entry.name] = got.get("data", got)
+        logs.register_secrets(Masker(out).secrets())
         return out
 
     async def _run_pipeline(
@@ -283,6 +285,11 @@ class Worker:
                 self._by_execution.pop(execution_id, None)
 
     async def _run_command(self, cmd: dict[str, Any], msg: Any) -> None:
+        with logs.bound(execution_id=cmd.get("execution_id"), step=cmd.get("step"), index=cmd.get("index")):
+            await self._run_bound(cmd, msg)
+            log.debug("command done")
+
+    async def _run_bound(self, cmd: dict[str, Any], msg: Any) -> None:
         playbook = await self._playbook(cmd["playbook_digest"])
         step = playbook.step(cmd["step"])
         try:

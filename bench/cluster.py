@@ -1,0 +1,145 @@
+"""A private nats-server with ``noetl server`` and ``noetl worker`` as separate processes.
+
+Separate processes because two of the goals are per process (peak RSS of the server and of a
+worker) and because that is how the engine is deployed: the server and the worker then use one
+core each instead of sharing one event loop. Peak RSS is the kernel's high-water mark
+(``VmHWM`` in ``/proc/<pid>/status``), read just before the process is stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from noetl.events.bus import connect
+from noetl.events.natsserver import NatsServer
+from noetl.events.streams import ensure_all
+
+BIN = Path(sys.executable).parent
+
+
+def vm_hwm_mib(pid: int) -> float:
+    """Peak resident set size of a live process, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise LookupError(f"no VmHWM for pid {pid}")
+
+
+class Service:
+    """One ``noetl server`` or ``noetl worker`` process, its stderr in a log file."""
+
+    def __init__(self, role: str, args: list[str], log_path: Path) -> None:
+        self.role = role
+        self.log_path = log_path
+        self._log = self.log_path.open("wb")
+        env = {**os.environ, "NOETL_LOG_LEVEL": "WARNING"}
+        self.proc = subprocess.Popen(
+            [str(BIN / "noetl"), role, *args], stdout=subprocess.DEVNULL, stderr=self._log, env=env
+        )
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """The CLI prints ``noetl <role> running`` once its consumers are declared."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"noetl {self.role} exited: {self.tail()}")
+            if b"running against" in self.log_path.read_bytes():
+                return
+            time.sleep(0.02)
+        raise TimeoutError(f"noetl {self.role} not ready within {timeout} s: {self.tail()}")
+
+    def tail(self, n: int = 2000) -> str:
+        return self.log_path.read_bytes()[-n:].decode(errors="replace")
+
+    def peak_rss_mib(self) -> float:
+        return vm_hwm_mib(self.proc.pid)
+
+    def stop(self, grace: float = 2.0) -> bool:
+        """SIGTERM, then SIGKILL after ``grace`` seconds; True when it stopped by itself.
+
+        The grace is short on purpose: a service that has been up for a few seconds waits
+        ~15 s per connection in ``nc.drain()`` (a pull subscription's queue never empties), and
+        a benchmark has nothing to lose by killing it after its numbers are read.
+        """
+        clean = True
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                clean = False
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return clean
+
+
+class Cluster:
+    """``async with Cluster(concurrency=64) as c:`` gives ``c.nc`` connected to a fresh nats-server."""
+
+    def __init__(self, *, concurrency: int = 64, workers: int = 1) -> None:
+        self.concurrency = concurrency
+        self.workers = workers
+        self.nats: NatsServer | None = None
+        self.server: Service | None = None
+        self.worker_procs: list[Service] = []
+        self.nc: Any = None
+        self._log_dir = tempfile.mkdtemp(prefix="noetl-bench-")
+
+    async def __aenter__(self) -> Cluster:
+        try:
+            self.nats = NatsServer().start()
+            self.nc = await connect(self.nats.url, name="noetl-bench")
+            await ensure_all(self.nc.jetstream())  # once, so the services do not race to create
+            url = ["--nats-url", self.nats.url]
+            logs = Path(self._log_dir)
+            self.server = Service("server", url, logs / "server.log")
+            for i in range(self.workers):
+                args = [*url, "--concurrency", str(self.concurrency)]
+                self.worker_procs.append(Service("worker", args, logs / f"worker{i}.log"))
+            for svc in [self.server, *self.worker_procs]:
+                await asyncio.to_thread(svc.wait_ready)
+            return self
+        except BaseException:
+            await self.close()
+            raise
+
+    def peak_rss_mib(self) -> dict[str, float]:
+        """``{"server": MiB, "worker": MiB}`` (the largest worker when there are several)."""
+        out: dict[str, float] = {}
+        if self.server is not None:
+            out["server"] = self.server.peak_rss_mib()
+        if self.worker_procs:
+            out["worker"] = max(w.peak_rss_mib() for w in self.worker_procs)
+        return out
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {s.log_path.name}\n{s.tail()}" for s in self._services())
+
+    def _services(self) -> list[Service]:
+        return [s for s in [self.server, *self.worker_procs] if s is not None]
+
+    async def close(self) -> None:
+        for svc in self._services():
+            svc.stop()
+        if self.nc is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.nc.close(), 2)
+        if self.nats is not None:
+            self.nats.stop()
+        with contextlib.suppress(OSError):
+            for f in Path(self._log_dir).iterdir():
+                f.unlink()
+            Path(self._log_dir).rmdir()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

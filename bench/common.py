@@ -1,0 +1,84 @@
+"""Helpers the engine scenarios share: submitting requests and timing their ``workflow.finished``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+from noetl.events import subjects as s
+from noetl.events.envelope import dumps, loads
+from noetl.server.client import run_and_wait
+
+
+class FinishWatch:
+    """One subscription to every ``workflow.finished``: execution id → arrival time and payload.
+
+    One wildcard subscription instead of one per execution, so a thousand concurrent executions
+    cost the client a dictionary lookup each rather than a thousand subscriptions.
+    """
+
+    def __init__(self, nc: Any) -> None:
+        self.nc = nc
+        self.finished: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._waiters: dict[str, asyncio.Future[None]] = {}
+
+    async def start(self) -> FinishWatch:
+        async def on_msg(msg: Any) -> None:
+            t = time.perf_counter()
+            _, execution_id, _ = s.parse_event_subject(msg.subject)
+            self.finished[execution_id] = (t, loads(msg.data).get("payload") or {})
+            fut = self._waiters.pop(execution_id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+
+        self.sub = await self.nc.subscribe("noetl.events.*.*.workflow.finished", cb=on_msg)
+        return self
+
+    def expect(self, execution_id: str) -> asyncio.Future[None]:
+        fut = asyncio.get_running_loop().create_future()
+        if execution_id in self.finished:
+            fut.set_result(None)
+        else:
+            self._waiters[execution_id] = fut
+        return fut
+
+    async def stop(self) -> None:
+        await self.sub.unsubscribe()
+
+
+def new_request(playbook: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"request_id": uuid.uuid4().hex, "playbook": playbook, "payload": payload or {}}
+
+
+async def submit(js: Any, request: dict[str, Any]) -> Any:
+    """Publish a request without waiting for its ack: returns the ack future."""
+    return await js.publish_async(
+        s.REQUEST_SUBJECT, dumps(request), headers={"Nats-Msg-Id": request["request_id"]}
+    )
+
+
+async def run_timed(
+    nc: Any, watch: FinishWatch, request: dict[str, Any], timeout: float
+) -> tuple[float, Any]:
+    """``run_and_wait`` (the client every user has) with the time to ``workflow.finished``.
+
+    The time stops when the finish event arrives, not when ``run_and_wait`` has also read the
+    whole event log back, which is the client's cost rather than the engine's.
+    """
+    from noetl.events.ids import execution_id_for
+
+    eid = execution_id_for(request["request_id"])
+    done = watch.expect(eid)
+    t0 = time.perf_counter()
+    out = await run_and_wait(nc, request, timeout=timeout)
+    await done
+    if out["status"] != "success":
+        raise RuntimeError(f"execution {eid} ended {out['status']}: {out.get('error')}")
+    return watch.finished[eid][0] - t0, out
+
+
+def ts(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["timestamp"]).timestamp()

@@ -1,0 +1,41 @@
+"""Problem sizes of a full run and of ``--quick``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sizes:
+    floor_hops: int = 2000  # sequential hops for p50/p99
+    floor_publishes: int = 20_000  # publish_async with many in flight
+    floor_inflight_hops: int = 10_000  # hops with floor_inflight at once
+    floor_inflight: int = 64
+    chain_steps: int = 100
+    loop_parallel: int = 10_000
+    loop_parallel_small: int = 1_000  # the same loop ten times smaller: is peak RSS flat?
+    loop_sequential: int = 1_000
+    worker_concurrency: int = 256
+    fanout_executions: int = 1_000
+    one_step_executions: int = 200
+    startup_runs: int = 5
+    peer_chain: int = 50
+    peer_fanout: int = 500
+
+
+FULL = Sizes()
+
+QUICK = Sizes(
+    floor_hops=500,
+    floor_publishes=5_000,
+    floor_inflight_hops=2_000,
+    chain_steps=100,
+    loop_parallel=2_000,
+    loop_parallel_small=200,
+    loop_sequential=200,
+    fanout_executions=200,
+    one_step_executions=50,
+    startup_runs=1,
+    peer_chain=20,
+    peer_fanout=100,
+)

@@ -1,0 +1,112 @@
+"""The issue's goals as checks on a run's medians; relative goals use the floor of the same run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench.record import Recorder
+
+Getter = Callable[[Recorder], float | None]
+
+
+@dataclass
+class Goal:
+    text: str
+    measured: Getter
+    target: Getter
+    higher_is_better: bool
+    unit: str
+
+    def check(self, rec: Recorder) -> tuple[float | None, float | None, bool | None]:
+        got, want = self.measured(rec), self.target(rec)
+        if got is None or want is None:
+            return got, want, None
+        return got, want, (got >= want) if self.higher_is_better else (got <= want)
+
+
+def _m(scenario: str, name: str) -> Getter:
+    return lambda rec: rec.median(scenario, name)
+
+
+def _const(value: float) -> Getter:
+    return lambda rec: value
+
+
+def _times_floor(factor: float) -> Getter:
+    def get(rec: Recorder) -> float | None:
+        p50 = rec.median("floor", "hop_p50")
+        return None if p50 is None else factor * p50
+
+    return get
+
+
+def _max_rss(rec: Recorder) -> float | None:
+    vals = [m.median for (sc, name), m in rec.metrics.items() if name.endswith("_rss") and m.values]
+    return max(vals) if vals else None
+
+
+def _rss_growth(rec: Recorder) -> float | None:
+    """Peak worker/server RSS of the 10x larger parallel loop minus the smaller one's."""
+    diffs = []
+    for role in ("server", "worker"):
+        big, small = rec.median("loop", f"par64_{role}_rss"), rec.median("loop", f"par64_small_{role}_rss")
+        if big is not None and small is not None:
+            diffs.append(big - small)
+    return max(diffs) if diffs else None
+
+
+def _peer_ratio(ours: tuple[str, str], peer: str, metric: str, higher: bool) -> Getter:
+    """How many times better ours is than the peer's (> 1 means ahead)."""
+
+    def get(rec: Recorder) -> float | None:
+        a, b = rec.median(*ours), rec.median("peers", f"{peer}_{metric}")
+        if a is None or b is None or not a or not b:
+            return None
+        return a / b if higher else b / a
+
+    return get
+
+
+GOALS: list[Goal] = [
+    Goal(
+        "chain: ms per step ≤ 3.5 x floor hop p50", _m("chain", "ms_per_step"), _times_floor(3.5), False, "ms"
+    ),
+    Goal(
+        "chain: ms per step ≤ 2.5 ms (the issue's absolute figure)",
+        _m("chain", "ms_per_step"),
+        _const(2.5),
+        False,
+        "ms",
+    ),
+    Goal("chain: step p99 ≤ 10 ms", _m("chain", "step_p99"), _const(10.0), False, "ms"),
+    Goal(
+        "loop: ≥ 2 000 iterations/s, max_in_flight 64, snapshot per iteration",
+        _m("loop", "par64_iter_per_s"),
+        _const(2000.0),
+        True,
+        "it/s",
+    ),
+    Goal("fan-out: ≥ 2 000 steps/s", _m("fanout", "steps_per_s"), _const(2000.0), True, "steps/s"),
+    Goal("sequential loop: ≥ 400 iterations/s", _m("loop", "seq_iter_per_s"), _const(400.0), True, "it/s"),
+    Goal("one-step execution p50 ≤ 10 ms", _m("one_step", "p50"), _const(10.0), False, "ms"),
+    Goal("≤ 150 MiB peak RSS per server or worker process", _max_rss, _const(150.0), False, "MiB"),
+    Goal("peak RSS flat in loop size (10x iterations: ≤ +10 MiB)", _rss_growth, _const(10.0), False, "MiB"),
+]
+for _peer in ("temporal", "prefect"):
+    GOALS += [
+        Goal(
+            f"ahead of {_peer}: chain (x faster per step)",
+            _peer_ratio(("chain", "ms_per_step"), _peer, "chain_ms_per_step", False),
+            _const(1.0),
+            True,
+            "x",
+        ),
+        Goal(
+            f"ahead of {_peer}: fan-out (x more steps/s than its parallel activities/tasks)",
+            _peer_ratio(("loop", "par64_iter_per_s"), _peer, "fanout_per_s", True),
+            _const(1.0),
+            True,
+            "x",
+        ),
+    ]

@@ -1,0 +1,71 @@
+"""The playbooks the scenarios run, generated so their size is a parameter.
+
+Every task is ``noop``: the benchmark measures the engine's own cost per step or iteration
+(decide, publish, fetch, snapshot, ack), not the cost of any tool.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+HEADER = {"apiVersion": "noetl.io/v2", "kind": "Playbook"}
+
+
+def _dump(doc: dict[str, object]) -> str:
+    return yaml.safe_dump({**HEADER, **doc}, sort_keys=False, width=1000)
+
+
+def chain(steps: int) -> str:
+    """``steps`` sequential steps, one noop task each: ``start`` → ``s001`` → ... → ``sNNN``."""
+    if steps < 1:
+        raise ValueError("a chain needs at least one step")
+    names = ["start"] + [f"s{i:03d}" for i in range(1, steps)]
+    workflow = []
+    for i, name in enumerate(names):
+        step: dict[str, object] = {"step": name, "tool": [{"name": "t", "kind": "noop", "result": i}]}
+        if i + 1 < len(names):
+            step["next"] = {"arcs": [{"step": names[i + 1]}]}
+        workflow.append(step)
+    return _dump(
+        {"metadata": {"name": f"chain-{steps}", "path": f"bench/chain_{steps}"}, "workflow": workflow}
+    )
+
+
+def loop(iterations: int, *, parallel: bool, max_in_flight: int = 64) -> str:
+    """One loop step over ``range(iterations)`` whose iterations run two noop tasks.
+
+    Two tasks, not one, because the worker writes an iteration snapshot after every task but the
+    last: this way every iteration pays for one snapshot write (and its purge), which is what the
+    issue's throughput goal asks for.
+    """
+    spec: dict[str, object] = {"mode": "parallel", "max_in_flight": max_in_flight} if parallel else {}
+    body: dict[str, object] = {
+        "step": "work",
+        "loop": {"in": "{{ range(workload.n) | list }}", "iterator": "item"},
+        "tool": [{"name": "a", "kind": "noop", "result": "{{ iter.item }}"}, {"name": "b", "kind": "noop"}],
+    }
+    if spec:
+        body["loop"]["spec"] = spec  # type: ignore[index]
+    mode = "par" if parallel else "seq"
+    return _dump(
+        {
+            "metadata": {"name": f"loop-{mode}", "path": f"bench/loop_{mode}"},
+            "workload": {"n": iterations},
+            "workflow": [{"step": "start", "next": {"arcs": [{"step": "work"}]}}, body],
+        }
+    )
+
+
+def three_step() -> str:
+    """``start`` → ``s001`` → ``s002``, one noop task each: the fan-out scenario's execution."""
+    return chain(3)
+
+
+def one_step() -> str:
+    """The smallest execution that still reaches a worker: one step, one noop task."""
+    return _dump(
+        {
+            "metadata": {"name": "one-step", "path": "bench/one_step"},
+            "workflow": [{"step": "start", "tool": [{"name": "t", "kind": "noop", "result": "ok"}]}],
+        }
+    )

@@ -1,0 +1,94 @@
+"""Structured logs for every NoETL process.
+
+structlog renders both our own log calls and the standard library's (nats-py, uvicorn), so one
+process writes one format: JSON lines in production (``NOETL_LOG_FORMAT=json``, the default when
+stderr is not a terminal, which is what Kubernetes log collectors read) and aligned, readable
+lines on a terminal. ``execution_id``, ``step`` and ``task`` are bound as context variables where
+work happens, so every line written while a command runs carries them. Every keychain value a
+worker resolves is registered here and replaced by ``***`` in every rendered line, whoever wrote it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import structlog
+
+_secrets: set[str] = set()
+
+
+def register_secrets(values: Iterable[str]) -> None:
+    """Values that must never appear in a log line (resolved keychain data, at least 4 chars)."""
+    for v in values:
+        if isinstance(v, str) and len(v) >= 4:
+            _secrets.add(v)
+
+
+def mask(text: str) -> str:
+    for s in sorted(_secrets, key=len, reverse=True):
+        if s in text:
+            text = text.replace(s, "***")
+    return text
+
+
+def _mask_processor(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    if not _secrets:
+        return event_dict
+    return {k: mask(v) if isinstance(v, str) else v for k, v in event_dict.items()}
+
+
+class _MaskingRenderer:
+    """Masks the rendered line too: a secret inside a nested value or a traceback is still caught."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __call__(self, logger: Any, name: str, event_dict: dict[str, Any]) -> str:
+        line = self.inner(logger, name, event_dict)
+        return mask(line) if _secrets else line
+
+
+def configure(level: str | None = None, fmt: str | None = None) -> None:
+    level = (level or os.environ.get("NOETL_LOG_LEVEL") or "INFO").upper()
+    fmt = fmt or os.environ.get("NOETL_LOG_FORMAT") or ("console" if sys.stderr.isatty() else "json")
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.stdlib.ExtraAdder(),
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _mask_processor,
+    ]
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            _MaskingRenderer(renderer),
+        ],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+bind = structlog.contextvars.bind_contextvars
+unbind = structlog.contextvars.unbind_contextvars
+bound = structlog.contextvars.bound_contextvars

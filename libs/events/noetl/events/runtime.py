@@ -1,0 +1,151 @@
+"""The runtime registry: which servers and workers are alive, in the KV bucket ``noetl_runtime``.
+
+Each process writes ``<role>.<id>`` every few seconds; the bucket's TTL removes an entry whose
+writer stopped writing, so a worker that was killed (no chance to deregister) leaves the list by
+itself. Nothing decides anything from this registry: it is for people (``noetl workers``,
+``GET /api/runtime``) and dashboards, which is why a missed heartbeat is only logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import socket
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.errors import BadRequestError, KeyNotFoundError, NoKeysError, NotFoundError
+from nats.js.kv import KeyValue
+
+log = logging.getLogger("noetl.runtime")
+
+RUNTIME_BUCKET = "noetl_runtime"
+DEFAULT_TTL = 15.0  # seconds without a heartbeat before an entry disappears
+DEFAULT_INTERVAL = 5.0
+_UNSAFE = re.compile(r"[^-_=a-zA-Z0-9]")
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("noetl-jetstream")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def process_id() -> str:
+    """Host, pid and a random suffix, made KV-key safe (a dotted host name would add key levels)."""
+    return _UNSAFE.sub("-", f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+
+
+async def ensure_runtime_bucket(js: JetStreamContext, ttl: float = DEFAULT_TTL) -> KeyValue:
+    """Open the bucket, creating it with ``ttl`` when missing; an existing bucket keeps its TTL."""
+    try:
+        return await js.key_value(RUNTIME_BUCKET)
+    except NotFoundError:
+        pass
+    cfg = KeyValueConfig(bucket=RUNTIME_BUCKET, history=1, ttl=ttl, storage=StorageType.MEMORY)
+    try:
+        return await js.create_key_value(cfg)
+    except BadRequestError:  # another process created it between our look and our create
+        return await js.key_value(RUNTIME_BUCKET)
+
+
+class RuntimeRegistrar:
+    """Keeps one process's entry fresh; ``info_fn`` is read at every beat, so counts stay current."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        role: str,
+        info_fn: Callable[[], dict[str, Any]],
+        *,
+        id: str | None = None,
+        interval: float = DEFAULT_INTERVAL,
+        ttl: float = DEFAULT_TTL,
+    ) -> None:
+        if interval >= ttl:
+            raise ValueError(f"heartbeat interval {interval} s must be shorter than the TTL {ttl} s")
+        self.js, self.role, self.info_fn = js, role, info_fn
+        self.id = _UNSAFE.sub("-", id) if id else process_id()
+        self.key = f"{role}.{self.id}"
+        self.interval, self.ttl = interval, ttl
+        self.started_at = datetime.now(UTC).isoformat()
+        self._kv: KeyValue | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def entry(self) -> dict[str, Any]:
+        info = {
+            "role": self.role,
+            "id": self.id,
+            "pool": None,
+            "concurrency": None,
+            "running": 0,
+            "version": package_version(),
+            "started_at": self.started_at,
+            "host": socket.gethostname(),
+        }
+        info.update(self.info_fn())
+        info["heartbeat_at"] = datetime.now(UTC).isoformat()
+        return info
+
+    async def beat(self) -> None:
+        assert self._kv is not None, "start() first"
+        await self._kv.put(self.key, json.dumps(self.entry(), default=str).encode())
+
+    async def start(self) -> None:
+        self._kv = await ensure_runtime_bucket(self.js, self.ttl)
+        await self.beat()
+        self._task = asyncio.create_task(self._loop(), name=f"noetl-runtime-{self.key}")
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.beat()
+            except Exception as e:  # a NATS blip: the next beat (or the TTL) settles it
+                log.warning("runtime heartbeat for %s failed: %s", self.key, e)
+
+    async def stop(self, *, deregister: bool = True) -> None:
+        """Stop beating; ``deregister=False`` leaves the entry to expire, as a killed process would."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+        if deregister and self._kv is not None:
+            with contextlib.suppress(Exception):
+                await self._kv.delete(self.key)
+
+
+async def list_runtime(js: JetStreamContext, role: str | None = None) -> list[dict[str, Any]]:
+    """The live entries, sorted by role and id; an entry that expires while we read is skipped."""
+    try:
+        kv = await js.key_value(RUNTIME_BUCKET)
+    except NotFoundError:
+        return []
+    try:
+        keys = await kv.keys()
+    except NoKeysError:
+        return []
+    out = []
+    for key in keys:
+        if role is not None and not key.startswith(f"{role}."):
+            continue
+        try:
+            e = await kv.get(key)
+        except KeyNotFoundError:
+            continue
+        if e.value:
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(e.value))
+    return sorted(out, key=lambda x: (str(x.get("role")), str(x.get("id"))))

@@ -1,0 +1,223 @@
+"""Operations commands: ``status``, ``events``, ``executions``, ``cancel``, ``workers``, ``credentials``.
+
+They talk to NATS directly (the event log, the runtime bucket, the keychain bucket), not to a
+server's HTTP API: they work with any number of server replicas, with none running at all
+(``status`` of a finished execution), and need no second address besides ``--nats-url``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+
+def _run(fn: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[[argparse.Namespace], int]:
+    def cmd(args: argparse.Namespace) -> int:
+        async def main() -> int:
+            from noetl.events.bus import connect
+
+            nc = await connect(args.nats_url, name=f"noetl-{args.command}")
+            try:
+                return await fn(nc, args)
+            finally:
+                await nc.close()
+
+        try:
+            return asyncio.run(main())
+        except KeyboardInterrupt:
+            return 130
+
+    return cmd
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, default=str))
+
+
+def _check_id(execution_id: str) -> None:
+    from noetl.server.api.queries import valid_execution_id
+
+    if not valid_execution_id(execution_id):
+        raise SystemExit(f"noetl: {execution_id!r} is not an execution id")
+
+
+async def _status(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.server.api.queries import execution_status
+
+    _check_id(args.execution_id)
+    out = await execution_status(nc.jetstream(), args.execution_id)
+    if out is None:
+        print(f"noetl: no execution {args.execution_id}", file=sys.stderr)
+        return 1
+    if args.json:
+        _print_json(out)
+        return 0
+    from noetl.cli.output import summary
+
+    print(summary(out))
+    return 0
+
+
+def _event_line(ev: dict[str, Any]) -> str:
+    err = (ev.get("payload") or {}).get("error") or {}
+    tail = f"  {err.get('kind')}: {err.get('message')}" if isinstance(err, dict) and err else ""
+    head = f"{ev.get('timestamp', '')}  {ev.get('name', ''):<28} {ev.get('entity_id', '')}"
+    return f"{head}  {ev.get('status', '')}{tail}"
+
+
+async def _events(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.server.api.follow import follow_events
+
+    _check_id(args.execution_id)
+    seen = 0
+    async for ev in follow_events(nc, args.execution_id, follow=args.follow):
+        if ev is None:
+            continue
+        seen += 1
+        print(json.dumps(ev, default=str) if args.json else _event_line(ev), flush=True)
+    if not seen:
+        print(f"noetl: no events of {args.execution_id}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _executions(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.server.api.queries import list_executions
+
+    out = await list_executions(nc.jetstream(), status=args.status, path=args.path, limit=args.limit)
+    if args.json:
+        _print_json(out)
+        return 0
+    for e in out["executions"]:
+        print(
+            f"{e['execution_id']}  {e['status']:<9} {e.get('requested_at') or '-':<32} {e.get('path') or '-'}"
+        )
+    if out["next_cursor"] is not None:
+        print(f"(more: --limit larger than {args.limit})", file=sys.stderr)
+    return 0
+
+
+async def _cancel(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.server.api.queries import request_cancel
+
+    _check_id(args.execution_id)
+    _print_json(await request_cancel(nc.jetstream(), args.execution_id, args.reason))
+    return 0
+
+
+async def _workers(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.events.runtime import list_runtime
+
+    entries = await list_runtime(nc.jetstream(), None if args.all else "worker")
+    if args.json:
+        _print_json(entries)
+        return 0
+    for e in entries:
+        print(
+            f"{e.get('role', ''):<7} {e.get('id', ''):<36} pool={e.get('pool') or '-'} "
+            f"running={e.get('running')}/{e.get('concurrency')} version={e.get('version')} "
+            f"since={e.get('started_at')}"
+        )
+    if not entries:
+        print("noetl: no live process registered in noetl_runtime", file=sys.stderr)
+    return 0
+
+
+def _credential_data(args: argparse.Namespace) -> dict[str, Any]:
+    """The value comes from an argument or a file; errors never echo it back."""
+    import yaml
+
+    if (args.data is None) == (args.data_file is None):
+        raise ValueError("give exactly one of --data JSON or --data-file FILE")
+    try:
+        text = args.data if args.data is not None else Path(args.data_file).read_text()
+        value = yaml.safe_load(text)  # JSON is YAML; a file may be either
+    except OSError as e:
+        raise ValueError(f"cannot read {args.data_file}: {e.strerror}") from None
+    except yaml.YAMLError:
+        raise ValueError("credential data is neither JSON nor YAML") from None
+    if not isinstance(value, dict):
+        raise ValueError("credential data must be a mapping of fields")
+    return value
+
+
+async def _credentials(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.dsl.errors import KeychainUnresolvedError
+    from noetl.events.credentials import CredentialStore
+
+    store = await CredentialStore.open(nc.jetstream(), None)
+    try:
+        if args.action == "set":
+            data = _credential_data(args)
+            await store.put(args.name, args.kind, data)
+            _print_json({"name": args.name, "kind": args.kind, "stored": True})
+        elif args.action == "list":
+            for e in await store.list():
+                print(f"{e['name']}\t{e.get('kind')}")
+        else:
+            if not await store.exists(args.name):
+                print(f"noetl: no credential {args.name!r}", file=sys.stderr)
+                return 1
+            await store.delete(args.name)
+            _print_json({"name": args.name, "deleted": True})
+    except KeychainUnresolvedError as e:
+        print(f"noetl: {e.message}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # an invalid name or value (the message never holds the value)
+        print(f"noetl: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def add_parsers(sub: Any, nats_url_default: str) -> None:
+    def parser(name: str, help_text: str, fn: Any) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--nats-url", default=nats_url_default)
+        p.set_defaults(fn=_run(fn), afn=fn)  # afn: the coroutine, for callers with a loop and a client
+        return p
+
+    p = parser("status", "status, ctx, step runs and result of an execution", _status)
+    p.add_argument("execution_id")
+    p.add_argument("--json", action="store_true")
+
+    p = parser("events", "print an execution's events (--follow: until it is processed)", _events)
+    p.add_argument("execution_id")
+    p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument("--json", action="store_true", help="one JSON event per line")
+
+    p = parser("executions", "list executions, newest first", _executions)
+    p.add_argument("--status", choices=["running", "success", "failed", "cancelled"])
+    p.add_argument("--path")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+
+    p = parser("cancel", "ask for an execution to be cancelled", _cancel)
+    p.add_argument("execution_id")
+    p.add_argument("--reason")
+
+    p = parser("workers", "live workers (--all: servers too) from noetl_runtime", _workers)
+    p.add_argument("--all", action="store_true")
+    p.add_argument("--json", action="store_true")
+
+    p = parser("credentials", "set, list or delete keychain entries (NOETL_CREDENTIALS_KEY)", _credentials)
+    actions = p.add_subparsers(dest="action", required=True)
+
+    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+        a = actions.add_parser(name, help=help_text)
+        # also after the action (`credentials list --nats-url X`); SUPPRESS keeps the parent's value
+        a.add_argument("--nats-url", default=argparse.SUPPRESS)
+        return a
+
+    a = action("set", "store a credential, encrypted")
+    a.add_argument("name")
+    a.add_argument("--kind", default="secret")
+    a.add_argument("--data", help="the fields as JSON")
+    a.add_argument("--data-file", help="a JSON or YAML file with the fields")
+    action("list", "names and kinds, never values")
+    a = action("delete", "delete a credential with its history")
+    a.add_argument("name")

@@ -1,0 +1,21 @@
+"""The Starlette application: every route module's routes behind the bearer-auth layer."""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+
+from noetl.server.api import catalog, credentials, executions, ops
+from noetl.server.api.auth import BearerAuth
+from noetl.server.api.context import ApiContext
+
+
+def build_app(ctx: ApiContext) -> Starlette:
+    app = Starlette(
+        routes=[*executions.routes, *catalog.routes, *credentials.routes, *ops.routes],
+        middleware=[
+            Middleware(BearerAuth, token=ctx.token, admin_token=ctx.admin_token, metrics=ctx.metrics)
+        ],
+    )
+    app.state.noetl = ctx
+    return app

@@ -1,0 +1,83 @@
+"""The credential audit trail: stream ``NOETL_AUDIT``, subject ``noetl.audit.credentials``.
+
+Reading a secret's value through the API is the one operation whose record must outlive the
+process that served it, so it goes to its own stream (own retention, own permissions) and not to
+the event log, which users read freely. A record says who, when, what and for which execution:
+never the value, nor the token itself (only a hash prefix that identifies it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from nats.js import JetStreamContext
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import BadRequestError, NotFoundError
+
+AUDIT_STREAM = "NOETL_AUDIT"
+AUDIT_FILTER = "noetl.audit.>"
+CREDENTIALS_AUDIT_SUBJECT = "noetl.audit.credentials"
+AUDIT_MAX_AGE = 365 * 24 * 3600.0  # a year: audit trails are kept long
+
+
+def token_id(token: str | None) -> str:
+    """Names a token in records and logs without giving it away."""
+    if not token:
+        return "anonymous"
+    return "token:" + hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+async def ensure_audit_stream(js: JetStreamContext, replicas: int = 1) -> None:
+    cfg = StreamConfig(
+        name=AUDIT_STREAM,
+        subjects=[AUDIT_FILTER],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=AUDIT_MAX_AGE,
+        num_replicas=replicas,
+        description="NoETL audit trail: who read which credential, when, for which execution",
+    )
+    try:
+        await js.stream_info(AUDIT_STREAM)
+    except NotFoundError:
+        try:
+            await js.add_stream(cfg)
+        except BadRequestError:  # created by another replica meanwhile
+            await js.stream_info(AUDIT_STREAM)
+
+
+async def record_credential_access(
+    js: JetStreamContext,
+    *,
+    action: str,
+    credential: str,
+    who: str,
+    outcome: str,
+    execution_id: str | None = None,
+    parent_execution_id: str | None = None,
+    kind: str | None = None,
+    remote: str | None = None,
+) -> dict[str, Any]:
+    """Store one record and wait for its ack: an unrecorded read must not be served."""
+    record = {
+        "audit_id": uuid.uuid4().hex,
+        "timestamp": datetime.now(UTC).isoformat(),
+        "action": action,
+        "credential": credential,
+        "kind": kind,
+        "who": who,
+        "outcome": outcome,
+        "execution_id": execution_id,
+        "parent_execution_id": parent_execution_id,
+        "remote": remote,
+    }
+    await js.publish(
+        CREDENTIALS_AUDIT_SUBJECT,
+        json.dumps(record).encode(),
+        headers={"Nats-Msg-Id": record["audit_id"]},
+    )
+    return record

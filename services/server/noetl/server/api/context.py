@@ -1,0 +1,83 @@
+"""What every route needs, handed over once when the app is built (no module globals).
+
+The route modules stay free of start-up order and of each other: they read the NATS connection,
+the request handler, the catalog and the keychain store from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from noetl.server.api.metrics import Metrics
+
+
+@dataclass
+class ApiContext:
+    nc: NATS
+    requests: Any  # noetl.server.requests.RequestHandler
+    catalog: Any  # noetl.events.catalog.Catalog
+    credentials: Any  # noetl.events.credentials.CredentialStore
+    token: str | None = None
+    admin_token: str | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def js(self) -> Any:
+        return self.nc.jetstream()
+
+
+def ctx_of(request: Request) -> ApiContext:
+    return request.app.state.noetl
+
+
+def error(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": {"kind": kind, "message": message, **extra}}, status_code=status)
+
+
+def auth_of(request: Request) -> dict[str, str]:
+    """``{role, who}`` set by the auth middleware; ``role`` is ``admin``, ``user`` or ``anonymous``."""
+    return request.scope.get("noetl.auth") or {"role": "anonymous", "who": "anonymous"}
+
+
+MAX_BODY = 2 * 1024 * 1024  # above NATS's 1 MiB message limit: what passes is refused downstream
+
+
+class BodyTooLargeError(ValueError):
+    pass
+
+
+async def read_body(request: Request, limit: int = MAX_BODY) -> bytes:
+    """The body, refused past ``limit`` before it is all in memory (a 413, not an OOM)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyTooLargeError(f"body is {declared} bytes; the limit is {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLargeError(f"body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def body_error(e: ValueError) -> JSONResponse:
+    if isinstance(e, BodyTooLargeError):
+        return error(413, "request_invalid", str(e))
+    return error(400, "request_invalid", str(e))
+
+
+async def json_body(request: Request) -> Any:
+    """The parsed body; raises ValueError with a message fit for a 400 (413 when too large)."""
+    raw = await read_body(request)
+    try:
+        return json.loads(raw or b"null")
+    except ValueError as e:
+        raise ValueError(f"body is not JSON: {e}") from None

@@ -1,0 +1,183 @@
+"""``/api/executions``: start, list, inspect, follow and cancel executions over HTTP.
+
+Starting goes through the same ``RequestHandler`` as a request on NATS, so both paths accept and
+reject exactly the same requests and derive the same execution ids. Without a ``request_id`` (or
+an ``Idempotency-Key`` header) every POST starts a new execution, as a client of an HTTP API
+expects; with one, a retried POST returns the execution the first one started.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from noetl.server.api.context import body_error, ctx_of, error, json_body, read_body
+from noetl.server.api.follow import follow_events
+from noetl.server.api.queries import (
+    execution_status,
+    list_executions,
+    request_cancel,
+    request_status_code,
+    valid_execution_id,
+)
+
+KEEPALIVE_SECONDS = 15.0
+
+
+async def create_execution(request: Request) -> Response:
+    """
+    ---
+    summary: Start an execution
+    description: Same validation as noetl.requests.execute. 400 when the request is malformed,
+      422 with every problem when the playbook is invalid.
+    requestBody:
+      content:
+        application/json:
+          schema:
+            type: object
+            properties:
+              path: {type: string}
+              version: {type: string}
+              playbook: {type: string, description: inline playbook YAML}
+              payload: {type: object}
+              request_id: {type: string}
+    responses:
+      202: {description: "accepted: {execution_id}"}
+      400: {description: "request invalid: {error}"}
+      422: {description: "playbook invalid: {execution_id, error: {problems}}"}
+    """
+    ctx = ctx_of(request)
+    try:
+        data = await read_body(request)
+    except ValueError as e:
+        return body_error(e)
+    msg_id = request.headers.get("idempotency-key") or uuid.uuid4().hex
+    reply = await ctx.requests.handle(data, msg_id)
+    return JSONResponse(reply, status_code=request_status_code(reply))
+
+
+async def get_executions(request: Request) -> Response:
+    """
+    ---
+    summary: List executions, newest first
+    parameters:
+      - {name: status, in: query, schema: {type: string, enum: [running, success, failed, cancelled]}}
+      - {name: path, in: query, schema: {type: string}}
+      - {name: limit, in: query, schema: {type: integer, default: 100, maximum: 1000}}
+      - {name: before, in: query, description: next_cursor of the previous page, schema: {type: integer}}
+    responses:
+      200: {description: "{executions: [...], next_cursor}"}
+    """
+    q = request.query_params
+    try:
+        limit = int(q.get("limit", "100"))
+        before = int(q["before"]) if q.get("before") else None
+    except ValueError:
+        return error(400, "request_invalid", "limit and before must be integers")
+    out = await list_executions(
+        ctx_of(request).js, status=q.get("status"), path=q.get("path"), limit=limit, before=before
+    )
+    return JSONResponse(out)
+
+
+def _id_or_error(request: Request) -> tuple[str, Response | None]:
+    eid = request.path_params["execution_id"]
+    if not valid_execution_id(eid):
+        return eid, error(400, "request_invalid", "execution ids are letters, digits, '-' and '_'")
+    return eid, None
+
+
+async def get_execution(request: Request) -> Response:
+    """
+    ---
+    summary: Status, ctx, step runs and result of one execution
+    responses:
+      200: {description: "{execution_id, status, result, ctx, error, steps, path, ...}"}
+      404: {description: no event of this execution}
+    """
+    eid, bad = _id_or_error(request)
+    if bad:
+        return bad
+    out = await execution_status(ctx_of(request).js, eid)
+    if out is None:
+        return error(404, "not_found", f"no execution {eid}")
+    return JSONResponse(out)
+
+
+async def get_execution_events(request: Request) -> Response:
+    """
+    ---
+    summary: The events of one execution
+    description: A JSON list; with `Accept text/event-stream` a server-sent event stream that
+      replays the stored events, follows new ones and ends after playbook.processed
+      (`Last-Event-ID` resumes).
+    responses:
+      200: {description: "[event, ...] or text/event-stream"}
+      404: {description: no event of this execution (JSON form only)}
+    """
+    eid, bad = _id_or_error(request)
+    if bad:
+        return bad
+    ctx = ctx_of(request)
+    if "text/event-stream" in request.headers.get("accept", ""):
+        after = request.headers.get("last-event-id") or None
+        return StreamingResponse(
+            _sse(ctx.nc, eid, after, ctx.closing),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    events = [ev async for ev in follow_events(ctx.nc, eid, follow=False) if ev is not None]
+    if not events:
+        return error(404, "not_found", f"no execution {eid}")
+    return JSONResponse(events)
+
+
+def sse_frame(event: dict[str, Any]) -> str:
+    """One SSE message; its ``id`` is the event id, so a reconnecting client resumes after it."""
+    return f"id: {event.get('event_id', '')}\ndata: {json.dumps(event, default=str)}\n\n"
+
+
+async def _sse(nc: object, eid: str, after: str | None, closing: object) -> AsyncIterator[str]:
+    yield ": noetl events of " + eid + "\n\n"
+    async for ev in follow_events(nc, eid, after_event_id=after, stop=closing, idle=KEEPALIVE_SECONDS):  # type: ignore[arg-type]
+        yield ": keep-alive\n\n" if ev is None else sse_frame(ev)
+
+
+async def cancel_execution(request: Request) -> Response:
+    """
+    ---
+    summary: Ask for an execution to be cancelled
+    description: Publishes {execution_id, reason} to noetl.requests.cancel; running steps stop
+      and the execution finishes as cancelled.
+    requestBody:
+      content:
+        application/json:
+          schema: {type: object, properties: {reason: {type: string}}}
+    responses:
+      202: {description: "{execution_id, cancel: requested}"}
+    """
+    eid, bad = _id_or_error(request)
+    if bad:
+        return bad
+    try:
+        body = await json_body(request)
+    except ValueError as e:
+        return body_error(e)
+    reason = body.get("reason") if isinstance(body, dict) else None
+    out = await request_cancel(ctx_of(request).js, eid, str(reason) if reason else None)
+    return JSONResponse(out, status_code=202)
+
+
+routes = [
+    Route("/api/executions", create_execution, methods=["POST"]),
+    Route("/api/executions", get_executions, methods=["GET"]),
+    Route("/api/executions/{execution_id}", get_execution, methods=["GET"]),
+    Route("/api/executions/{execution_id}/events", get_execution_events, methods=["GET"]),
+    Route("/api/executions/{execution_id}/cancel", cancel_execution, methods=["POST"]),
+]

@@ -1,0 +1,93 @@
+"""What ``noetl server`` and ``noetl worker`` run beside their service.
+
+A server gets the HTTP API (unless disabled), the NATS service ``noetl`` and a runtime entry; a
+worker gets its runtime entry only. Kept out of the CLI module so the CLI edit stays two lines and
+tests can start the same set without a subprocess.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from nats.aio.client import Client as NATS
+
+from noetl.events.runtime import DEFAULT_INTERVAL, DEFAULT_TTL, RuntimeRegistrar
+from noetl.server.api.micro import NatsApiService
+from noetl.server.api.server import ApiServer
+
+log = logging.getLogger("noetl.server.api")
+
+
+class Operations:
+    def __init__(self) -> None:
+        self.parts: list[Any] = []
+        self.api: ApiServer | None = None
+        self.registrar: RuntimeRegistrar | None = None
+
+    async def stop(self) -> None:
+        for part in reversed(self.parts):
+            with contextlib.suppress(Exception):
+                await part.stop()
+        self.parts.clear()
+
+
+def _server_info(svc: Any, ops: Operations) -> dict[str, Any]:
+    return {
+        "concurrency": svc.partitions,
+        "running": len(svc.states),
+        "partitions": list(svc.owned),
+        "http": ops.api.url if ops.api is not None else None,
+    }
+
+
+def _worker_info(svc: Any) -> dict[str, Any]:
+    return {
+        "pool": svc.pool,
+        "concurrency": svc.concurrency,
+        "running": len(svc._running),
+        "completed": svc.completed,
+    }
+
+
+async def start_operations(
+    nc: NATS,
+    role: str,
+    svc: Any,
+    *,
+    http_host: str = "127.0.0.1",
+    http_port: int = 8080,
+    heartbeat: float = DEFAULT_INTERVAL,
+    ttl: float = DEFAULT_TTL,
+) -> Operations:
+    """Start the parts for ``role`` around an already started ``svc``; ``http_port < 0`` turns HTTP off."""
+    ops = Operations()
+    try:
+        if role == "server":
+            if http_port >= 0:
+                ops.api = ApiServer(
+                    nc, svc.requests, svc.catalog, svc.credentials, host=http_host, port=http_port
+                )
+                await ops.api.start()
+                ops.parts.append(ops.api)
+            micro = NatsApiService(nc, svc.requests)
+            await micro.start()
+            ops.parts.append(micro)
+
+            def info() -> dict[str, Any]:
+                return _server_info(svc, ops)
+        else:
+
+            def info() -> dict[str, Any]:
+                return _worker_info(svc)
+
+        ops.registrar = RuntimeRegistrar(
+            nc.jetstream(), role, info, id=getattr(svc, "worker_id", None), interval=heartbeat, ttl=ttl
+        )
+        await ops.registrar.start()
+        ops.parts.append(ops.registrar)
+    except BaseException:
+        await ops.stop()
+        raise
+    return ops

@@ -1,0 +1,131 @@
+"""A small metrics registry and its Prometheus text exposition (format 0.0.4), written by hand.
+
+Three kinds of numbers, each from where it is true:
+- executions by status: folded from the event log (``playbook.execution.requested`` and
+  ``workflow.finished`` from the start of the stream), so every replica reports the same totals;
+- step and task durations: histograms of the events this process sees from its start (the usual
+  Prometheus counter semantics: they restart at zero with the process);
+- queue depth and consumer lag: read from JetStream at scrape time (``stream_info`` /
+  ``consumers_info``), never kept.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+class Histogram:
+    def __init__(self, buckets: Iterable[float] = DURATION_BUCKETS) -> None:
+        self.buckets = tuple(buckets)
+        self.counts = [0] * (len(self.buckets) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.buckets, value)] += 1
+        self.sum += value
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+
+def _labels(labels: dict[str, Any]) -> str:
+    if not labels:
+        return ""
+
+    def esc(v: Any) -> str:
+        return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+    return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in sorted(labels.items())) + "}"
+
+
+class Exposition:
+    """Collects families in order; each family's HELP and TYPE lines come once, before its samples."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def family(self, name: str, kind: str, help_text: str) -> None:
+        self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+
+    def sample(self, name: str, value: float, **labels: Any) -> None:
+        v = int(value) if float(value).is_integer() else value
+        self.lines.append(f"{name}{_labels(labels)} {v}")
+
+    def histogram(self, name: str, h: Histogram, **labels: Any) -> None:
+        cumulative = 0
+        for bound, n in zip((*h.buckets, "+Inf"), h.counts, strict=True):
+            cumulative += n
+            self.sample(f"{name}_bucket", cumulative, **labels, le=bound)
+        self.sample(f"{name}_sum", h.sum, **labels)
+        self.sample(f"{name}_count", h.count, **labels)
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+class Metrics:
+    """The numbers this process keeps; the collector and the HTTP layer write, ``/metrics`` reads."""
+
+    def __init__(self) -> None:
+        self.running: set[str] = set()
+        self.finished: Counter[str] = Counter()
+        self.step_durations: dict[str, Histogram] = {}
+        self.task_durations: dict[str, Histogram] = {}
+        self.http_requests: Counter[tuple[str, str, int]] = Counter()
+
+    def execution_requested(self, execution_id: str) -> None:
+        self.running.add(execution_id)
+
+    def execution_finished(self, execution_id: str, status: str) -> None:
+        self.running.discard(execution_id)
+        self.finished[status] += 1
+
+    def observe_step(self, status: str, seconds: float) -> None:
+        self.step_durations.setdefault(status, Histogram()).observe(max(seconds, 0.0))
+
+    def observe_task(self, status: str, seconds: float) -> None:
+        self.task_durations.setdefault(status, Histogram()).observe(max(seconds, 0.0))
+
+    def observe_http(self, method: str, endpoint: str, code: int, seconds: float) -> None:
+        self.http_requests[(method, endpoint, code)] += 1
+
+    def render(self, live: dict[str, Any]) -> str:
+        """``live`` holds what was read from JetStream for this scrape (see ``ops.read_live``)."""
+        out = Exposition()
+        out.family("noetl_executions", "gauge", "Executions in the event log by status (running or final).")
+        out.sample("noetl_executions", len(self.running), status="running")
+        for status, n in sorted(self.finished.items()):
+            out.sample("noetl_executions", n, status=status)
+        out.family("noetl_step_duration_seconds", "histogram", "Step run durations (started to terminal).")
+        for status, h in sorted(self.step_durations.items()):
+            out.histogram("noetl_step_duration_seconds", h, status=status)
+        out.family("noetl_task_duration_seconds", "histogram", "Task run durations reported by workers.")
+        for status, h in sorted(self.task_durations.items()):
+            out.histogram("noetl_task_duration_seconds", h, status=status)
+        out.family("noetl_commands_in_flight", "gauge", "Commands stored in NOETL_COMMANDS, not yet acked.")
+        out.sample("noetl_commands_in_flight", live.get("commands_in_flight", 0))
+        out.family("noetl_stream_messages", "gauge", "Messages stored per stream.")
+        for stream, n in sorted(live.get("streams", {}).items()):
+            out.sample("noetl_stream_messages", n, stream=stream)
+        for metric, help_text in (
+            ("pending", "Messages a durable consumer has not been delivered yet (its lag)."),
+            ("ack_pending", "Messages delivered to a durable consumer and not acked yet."),
+            ("redelivered", "Messages a durable consumer is redelivering."),
+        ):
+            name = f"noetl_consumer_{metric}"
+            out.family(name, "gauge", help_text)
+            for c in live.get("consumers", []):
+                out.sample(name, c[metric], stream=c["stream"], consumer=c["consumer"])
+        out.family("noetl_runtime_processes", "gauge", "Live servers and workers in noetl_runtime.")
+        for role, n in sorted(live.get("runtime", {}).items()):
+            out.sample("noetl_runtime_processes", n, role=role)
+        out.family("noetl_http_requests_total", "counter", "HTTP requests served by this process.")
+        for (method, endpoint, code), n in sorted(self.http_requests.items()):
+            out.sample("noetl_http_requests_total", n, method=method, endpoint=endpoint, code=code)
+        return out.text()

@@ -1,0 +1,137 @@
+"""Probes, metrics, the runtime registry and the OpenAPI document.
+
+``/health`` answers as long as the process serves HTTP (a liveness probe must not fail because
+NATS is away: restarting the server would not bring NATS back); ``/ready`` answers 200 only when
+NATS is connected and the streams exist, so a load balancer sends no request that would fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.schemas import SchemaGenerator
+
+from noetl.events import subjects as s
+from noetl.events.runtime import list_runtime
+from noetl.server.api.audit import AUDIT_STREAM
+from noetl.server.api.context import ctx_of
+
+STREAMS = (s.EVENTS_STREAM, s.COMMANDS_STREAM, s.REQUESTS_STREAM, AUDIT_STREAM)
+PROBE_TIMEOUT = 2.0
+
+schemas = SchemaGenerator(
+    {
+        "openapi": "3.0.3",
+        "info": {"title": "NoETL API", "version": "1"},
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}],
+    }
+)
+
+
+async def health(request: Request) -> Response:
+    """
+    ---
+    summary: Liveness (the process is up)
+    security: []
+    responses:
+      200: {description: "{status: ok}"}
+    """
+    return JSONResponse({"status": "ok"})
+
+
+async def ready(request: Request) -> Response:
+    """
+    ---
+    summary: Readiness (NATS connected, streams present)
+    security: []
+    responses:
+      200: {description: ready}
+      503: {description: "not ready, with the reason"}
+    """
+    ctx = ctx_of(request)
+    checks: dict[str, Any] = {"nats": ctx.nc.is_connected}
+    if ctx.nc.is_connected:
+        for name in STREAMS:
+            try:
+                await asyncio.wait_for(ctx.js.stream_info(name), PROBE_TIMEOUT)
+                checks[name] = True
+            except Exception:
+                checks[name] = False
+    ok = all(checks.values()) and len(checks) == 1 + len(STREAMS)
+    return JSONResponse(
+        {"status": "ready" if ok else "not_ready", "checks": checks}, status_code=200 if ok else 503
+    )
+
+
+async def read_live(js: Any) -> dict[str, Any]:
+    """Queue depths and durable consumer lag, read from JetStream for one scrape."""
+    live: dict[str, Any] = {"streams": {}, "consumers": []}
+    for name in STREAMS:
+        with contextlib.suppress(Exception):
+            info = await js.stream_info(name)
+            live["streams"][name] = info.state.messages
+            if name == s.COMMANDS_STREAM:
+                live["commands_in_flight"] = info.state.messages
+        if name == AUDIT_STREAM:
+            continue
+        with contextlib.suppress(Exception):
+            for c in await js.consumers_info(name):
+                if not c.config.durable_name:  # ordered and one-off read consumers come and go
+                    continue
+                live["consumers"].append(
+                    {
+                        "stream": name,
+                        "consumer": c.name,
+                        "pending": c.num_pending or 0,
+                        "ack_pending": c.num_ack_pending or 0,
+                        "redelivered": c.num_redelivered or 0,
+                    }
+                )
+    with contextlib.suppress(Exception):
+        live["runtime"] = dict(Counter(str(e.get("role")) for e in await list_runtime(js)))
+    return live
+
+
+async def metrics(request: Request) -> Response:
+    """
+    ---
+    summary: Prometheus metrics (text exposition 0.0.4)
+    security: []
+    responses:
+      200: {description: metrics, content: {text/plain: {}}}
+    """
+    ctx = ctx_of(request)
+    live = await read_live(ctx.js) if ctx.nc.is_connected else {}
+    return PlainTextResponse(ctx.metrics.render(live), media_type="text/plain; version=0.0.4")
+
+
+async def runtime(request: Request) -> Response:
+    """
+    ---
+    summary: Live servers and workers (entries in the noetl_runtime KV bucket)
+    parameters:
+      - {name: role, in: query, schema: {type: string, enum: [server, worker]}}
+    responses:
+      200: {description: "[{role, id, pool, concurrency, running, version, started_at, host}]"}
+    """
+    return JSONResponse(await list_runtime(ctx_of(request).js, request.query_params.get("role")))
+
+
+async def openapi(request: Request) -> Response:
+    return JSONResponse(schemas.get_schema(routes=request.app.routes))
+
+
+routes = [
+    Route("/health", health, methods=["GET"]),
+    Route("/ready", ready, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+    Route("/api/runtime", runtime, methods=["GET"]),
+    Route("/openapi.json", openapi, methods=["GET"], include_in_schema=False),
+]

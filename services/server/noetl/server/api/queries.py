@@ -1,0 +1,126 @@
+"""Answers about executions read from the event log alone, shared by HTTP, the NATS service and the CLI.
+
+The server keeps nothing an answer could come from that the stream cannot give back (a replica
+that never saw an execution must answer the same), so every answer here is a read of
+``NOETL_EVENTS``; cancellation is a publish to the durable requests stream, so it survives a
+server restart between the request and its handling.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from nats.js import JetStreamContext
+
+from noetl.cli.output import execution_output
+from noetl.events import subjects as s
+from noetl.events.bus import read_execution_events, read_messages
+from noetl.events.envelope import dumps
+
+REQUESTED_FILTER = "noetl.events.*.*.playbook.execution.requested"
+FINISHED_FILTER = "noetl.events.*.*.workflow.finished"
+MAX_LIMIT = 1000
+_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+def valid_execution_id(execution_id: str) -> bool:
+    """An id goes into subject filters: a dot or a wildcard in it would match other executions."""
+    return bool(_ID.match(execution_id))
+
+
+def _summary_of(requested: dict[str, Any] | None, finished: dict[str, Any] | None) -> dict[str, Any]:
+    req = (requested or {}).get("payload") or {}
+    fin = (finished or {}).get("payload") or {}
+    any_ev = requested or finished or {}
+    error = fin.get("error") or None
+    return {
+        "execution_id": any_ev.get("execution_id"),
+        "path": req.get("path"),
+        "version": req.get("version"),
+        "status": fin.get("status", "running") if finished else "running",
+        "requested_at": (requested or {}).get("timestamp"),
+        "finished_at": (finished or {}).get("timestamp"),
+        "parent_execution_id": any_ev.get("parent_execution_id"),
+        "error": {"kind": error.get("kind"), "message": error.get("message")} if error else None,
+    }
+
+
+async def list_executions(
+    js: JetStreamContext,
+    *,
+    status: str | None = None,
+    path: str | None = None,
+    limit: int = 100,
+    before: int | None = None,
+) -> dict[str, Any]:
+    """Newest first. ``before`` is the cursor of the previous page (a stream sequence).
+
+    A request rejected before it was recorded has a ``workflow.finished`` but no
+    ``playbook.execution.requested``: it is listed too, as failed with no path, because a client
+    that sent it still wants to find out why it never ran.
+    """
+    limit = max(1, min(int(limit), MAX_LIMIT))
+    requested = await read_messages(js, s.EVENTS_STREAM, [REQUESTED_FILTER])
+    finished = await read_messages(js, s.EVENTS_STREAM, [FINISHED_FILTER])
+    first_seq: dict[str, int] = {}
+    req_by: dict[str, dict[str, Any]] = {}
+    fin_by: dict[str, dict[str, Any]] = {}
+    for seq, ev in requested:
+        eid = ev.get("execution_id")
+        if isinstance(eid, str) and eid not in req_by:
+            req_by[eid], first_seq[eid] = ev, seq
+    for seq, ev in finished:
+        eid = ev.get("execution_id")
+        if isinstance(eid, str) and eid not in fin_by:
+            fin_by[eid] = ev
+            first_seq.setdefault(eid, seq)
+    items: list[dict[str, Any]] = []
+    next_cursor = None
+    for eid in sorted(first_seq, key=first_seq.__getitem__, reverse=True):
+        seq = first_seq[eid]
+        if before is not None and seq >= before:
+            continue
+        item = _summary_of(req_by.get(eid), fin_by.get(eid))
+        if status and item["status"] != status:
+            continue
+        if path and item["path"] != path:
+            continue
+        if len(items) == limit:
+            next_cursor = first_seq[items[-1]["execution_id"]]
+            break
+        items.append(item)
+    return {"executions": items, "next_cursor": next_cursor}
+
+
+async def execution_status(js: JetStreamContext, execution_id: str) -> dict[str, Any] | None:
+    """Status, ctx, step runs and result, or None when the log has no event of this execution."""
+    events = await read_execution_events(js, execution_id)
+    if not events:
+        return None
+    out = execution_output(execution_id, events)
+    del out["events"]
+    requested = next((e for e in events if e.get("name") == "playbook.execution.requested"), None)
+    finished = next((e for e in events if e.get("name") == "workflow.finished"), None)
+    summary = _summary_of(requested, finished)
+    for key in ("path", "version", "requested_at", "finished_at", "parent_execution_id"):
+        out[key] = summary[key]
+    out["events"] = len(events)
+    return out
+
+
+async def request_cancel(
+    js: JetStreamContext, execution_id: str, reason: str | None = None
+) -> dict[str, Any]:
+    """Publish the cancel request; one id per execution, so repeated cancels are one request."""
+    body = {"execution_id": execution_id, "reason": reason or "cancelled by request"}
+    await js.publish(s.CANCEL_SUBJECT, dumps(body), headers={"Nats-Msg-Id": f"cancel-{execution_id}"})
+    return {"execution_id": execution_id, "cancel": "requested"}
+
+
+def request_status_code(reply: dict[str, Any]) -> int:
+    """HTTP status for a ``RequestHandler.handle`` reply: the request's fault or the playbook's."""
+    error = reply.get("error")
+    if not error:
+        return 202
+    return 422 if error.get("kind") == "playbook_invalid" else 400

@@ -1,0 +1,110 @@
+"""Uvicorn in-process, as a task on the server's own event loop.
+
+The HTTP API shares the NATS connection and the request handler of the control plane it runs
+in, so an HTTP request costs no extra hop and the two paths cannot drift apart. Port 0 asks the
+OS for a free port (tests, several servers on one host); the bound port is read back from the
+listening socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from typing import Any
+
+import uvicorn
+from nats.aio.client import Client as NATS
+
+from noetl.server.api.app import build_app
+from noetl.server.api.audit import ensure_audit_stream
+from noetl.server.api.collector import MetricsCollector
+from noetl.server.api.context import ApiContext
+
+log = logging.getLogger("noetl.server.api")
+
+TOKEN_ENV = "NOETL_API_TOKEN"
+ADMIN_TOKEN_ENV = "NOETL_API_ADMIN_TOKEN"
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+class ApiServer:
+    def __init__(
+        self,
+        nc: NATS,
+        requests_handler: Any,
+        catalog: Any,
+        credentials: Any,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        token: str | None = None,
+        admin_token: str | None = None,
+    ) -> None:
+        self.ctx = ApiContext(
+            nc=nc,
+            requests=requests_handler,
+            catalog=catalog,
+            credentials=credentials,
+            token=token if token is not None else os.environ.get(TOKEN_ENV) or None,
+            admin_token=admin_token if admin_token is not None else os.environ.get(ADMIN_TOKEN_ENV) or None,
+        )
+        self.host, self.port = host, port
+        self.app = build_app(self.ctx)
+        self.collector = MetricsCollector(nc, self.ctx.metrics)
+        self._server: uvicorn.Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        await ensure_audit_stream(self.ctx.js)
+        await self.collector.start()
+        config = uvicorn.Config(
+            self.app,
+            host=self.host,
+            port=self.port,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+        )
+        # bind here: a taken port is an OSError for the caller, where uvicorn would exit the process
+        sock = _listen(self.host, self.port)
+        self._server = uvicorn.Server(config)
+        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # the CLI owns signals
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="noetl-http")
+        while not self._server.started:
+            if self._task.done():
+                await self._task
+                raise RuntimeError(f"HTTP API stopped while starting on {self.host}:{self.port}")
+            await asyncio.sleep(0.01)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        log.info("HTTP API listening on %s", self.url)
+
+    async def stop(self) -> None:
+        self.ctx.closing.set()  # ends open event streams, so shutdown does not wait on them
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        self._server = self._task = None
+        await self.collector.stop()

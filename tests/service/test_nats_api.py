@@ -1,0 +1,176 @@
+"""The NATS service ``noetl`` as a user reaches it: a plain nats-py client, no noetl code on its side."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import nats
+import pytest
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from noetl.server.api import NatsApiService
+from noetl.server.service import Server
+from noetl.worker.service import Worker
+
+HELLO = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: hello, path: tests/nats-api/hello}
+workload: {name: world}
+workflow:
+  - step: start
+    tool:
+      - name: greet
+        kind: python
+        args: {name: "{{ workload.name }}"}
+        code: |
+          def main(name):
+              return "hello " + name
+"""
+
+
+@pytest.fixture
+async def service(nc, nats_server) -> AsyncIterator[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    server, worker = Server(nc), Worker(nc, concurrency=4)
+    await server.start()
+    await worker.start()
+    micro = NatsApiService(nc, server.requests)
+    await micro.start()
+    user = await nats.connect(nats_server.url)  # what a user's script has: a bare client
+    try:
+        yield {"user": user, "micro": micro, "server": server}
+    finally:
+        await user.close()
+        await micro.stop()
+        await worker.stop(drain=False)
+        await server.stop()
+
+
+async def request(nc: Any, subject: str, body: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    msg = await nc.request(subject, json.dumps(body).encode(), timeout=10)
+    return json.loads(msg.data), dict(msg.headers or {})
+
+
+async def follow_to_finish(user: Any, execution_id: str) -> list[dict[str, Any]]:
+    """`nats stream view NOETL_EVENTS --subject 'noetl.events.*.<id>.>'`, followed as it grows."""
+    js = user.jetstream()
+    sub = await js.subscribe(
+        f"noetl.events.*.{execution_id}.>",
+        ordered_consumer=True,
+        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
+    )
+    events = []
+    try:
+        while True:
+            msg = await sub.next_msg(timeout=30)
+            events.append(json.loads(msg.data))
+            if events[-1]["name"] == "workflow.finished":
+                return events
+    finally:
+        await sub.unsubscribe()
+
+
+async def test_execute_by_request_then_follow_events(service) -> None:  # type: ignore[no-untyped-def]
+    user = service["user"]
+    reply, headers = await request(user, "noetl.api.execute", {"playbook": HELLO, "payload": {"name": "Ada"}})
+    assert "Nats-Service-Error-Code" not in headers and set(reply) == {"execution_id"}
+    events = await follow_to_finish(user, reply["execution_id"])
+    assert events[0]["name"] == "playbook.execution.requested"
+    assert events[-1]["payload"]["status"] == "success" and events[-1]["payload"]["result"] == "hello Ada"
+
+    status, _ = await request(user, "noetl.api.status", {"execution_id": reply["execution_id"]})
+    assert status["status"] == "success" and status["result"] == "hello Ada"
+    assert status["steps"]["start"][0]["status"] == "done" and "events" in status
+
+
+async def test_core_subscription_on_every_finish(service) -> None:  # type: ignore[no-untyped-def]
+    """`nats sub 'noetl.events.*.*.workflow.finished'` opened first, then the request: no race."""
+    user = service["user"]
+    finished = await user.subscribe("noetl.events.*.*.workflow.finished")
+    try:
+        rid = uuid.uuid4().hex
+        first, _ = await request(user, "noetl.api.execute", {"playbook": HELLO, "request_id": rid})
+        # the same request_id again is the same execution, not a second one
+        again, _ = await request(user, "noetl.api.execute", {"playbook": HELLO, "request_id": rid})
+        assert again == first
+        while True:
+            msg = await finished.next_msg(timeout=30)
+            if msg.subject.split(".")[3] == first["execution_id"]:
+                break
+    finally:
+        await finished.unsubscribe()
+    assert json.loads(msg.data)["payload"]["result"] == "hello world"
+    events = await follow_to_finish(user, first["execution_id"])
+    assert [e["name"] for e in events].count("workflow.started") == 1
+
+
+async def test_errors_come_back_with_service_error_headers(service) -> None:  # type: ignore[no-untyped-def]
+    user = service["user"]
+    bad = HELLO.replace("kind: python", "kind: teleport")
+    reply, headers = await request(user, "noetl.api.execute", {"playbook": bad})
+    assert headers["Nats-Service-Error-Code"] == "422" and reply["error"]["kind"] == "playbook_invalid"
+    assert "teleport" in json.dumps(reply["error"]["problems"])
+    reply, headers = await request(user, "noetl.api.execute", {"nope": 1})
+    assert headers["Nats-Service-Error-Code"] == "400" and reply["error"]["kind"] == "request_invalid"
+    reply, headers = await request(user, "noetl.api.status", {"execution_id": uuid.uuid4().hex})
+    assert headers["Nats-Service-Error-Code"] == "404" and reply["error"]["kind"] == "not_found"
+    reply, headers = await request(user, "noetl.api.status", {"execution_id": "noetl.>"})
+    assert headers["Nats-Service-Error-Code"] == "400"
+    reply, headers = await request(user, "noetl.api.cancel", ["not", "an", "object"])
+    assert headers["Nats-Service-Error-Code"] == "400"
+
+
+async def test_cancel_endpoint_records_the_cancel_request(service) -> None:  # type: ignore[no-untyped-def]
+    user = service["user"]
+    eid = uuid.uuid4().hex  # cancelling an unknown execution is accepted and recorded, no more
+    reply, headers = await request(user, "noetl.api.cancel", {"execution_id": eid, "reason": "because"})
+    assert reply == {"execution_id": eid, "cancel": "requested"} and not headers
+    sub = await user.jetstream().subscribe(
+        f"noetl.events.*.{eid}.execution.cancel.requested", ordered_consumer=True
+    )
+    try:
+        ev = json.loads((await sub.next_msg(timeout=30)).data)
+    finally:
+        await sub.unsubscribe()
+    assert ev["payload"]["reason"] == "because"
+
+
+async def test_service_discovery_ping_info_stats(service) -> None:  # type: ignore[no-untyped-def]
+    """What `nats micro ls` / `nats micro info noetl` send."""
+    user = service["user"]
+    ping, _ = await request(user, "$SRV.PING.noetl", None)
+    assert ping["name"] == "noetl" and ping["type"] == "io.nats.micro.v1.ping_response"
+    info, _ = await request(user, "$SRV.INFO.noetl", None)
+    assert {(e["name"], e["subject"], e["queue_group"]) for e in info["endpoints"]} == {
+        ("execute", "noetl.api.execute", "noetl"),
+        ("status", "noetl.api.status", "noetl"),
+        ("cancel", "noetl.api.cancel", "noetl"),
+    }
+    inbox = user.new_inbox()
+    sub = await user.subscribe(inbox)
+    await user.publish("$SRV.PING", b"", reply=inbox)  # every service on the cluster answers
+    answers = [json.loads((await sub.next_msg(timeout=5)).data)]
+    await sub.unsubscribe()
+    assert answers[0]["name"] == "noetl"
+
+
+async def test_replicas_share_the_queue_group(service, nc) -> None:  # type: ignore[no-untyped-def]
+    user, first = service["user"], service["micro"]
+    second = NatsApiService(nc, service["server"].requests)
+    await second.start()
+    try:
+        for _ in range(10):
+            reply, _ = await request(user, "noetl.api.status", {"execution_id": uuid.uuid4().hex})
+            assert reply["error"]["kind"] == "not_found"
+        served = sum(
+            e.num_requests
+            for svc in (first.service, second.service)
+            for e in svc.stats().endpoints
+            if e.name == "status"
+        )
+    finally:
+        await second.stop()
+    assert served == 10  # each request answered once, by one replica
