@@ -21,6 +21,7 @@ from noetl.events import subjects as s
 class Catalog:
     def __init__(self, kv: Any) -> None:
         self.kv = kv
+        self._known: set[str] = set()
 
     @classmethod
     async def open(cls, js: JetStreamContext) -> Catalog:
@@ -41,12 +42,14 @@ class Catalog:
         return {"path": path, "version": pb.metadata.version, "digest": digest}
 
     async def put_digest(self, digest: str, text: str) -> None:
+        if digest in self._known:
+            return
         key = s.catalog_digest_key(digest)
         try:
             await self.kv.get(key)
-            return
         except KeyNotFoundError:
             await self.kv.put(key, text.encode())
+        self._known.add(digest)   # content-addressed: once stored, never changes
 
     async def get_by_digest(self, digest: str) -> str | None:
         try:

@@ -15,8 +15,7 @@ from typing import Any
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from noetl.dsl import load_playbook
-from noetl.dsl.cache import digest_of
+from noetl.dsl.cache import digest_of, parse_playbook
 from noetl.dsl.errors import PlaybookInvalidError, RequestInvalidError
 from noetl.events import subjects as s
 from noetl.events.bus import publish_all
@@ -62,7 +61,7 @@ class RequestHandler:
             return {"execution_id": execution_id}   # the same answer a retry of the first got
         try:
             text, file = await self._playbook_text(req)
-            playbook = load_playbook(text, file)
+            playbook = parse_playbook(text, file)  # validated once per distinct text
         except PlaybookInvalidError as e:
             await self._reject(execution_id, partition, e.to_dict(), req)
             return {"execution_id": execution_id, "error": e.to_dict()}

@@ -17,7 +17,7 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import KeyNotFoundError, NotFoundError
+from nats.js.errors import BadRequestError, KeyNotFoundError, NotFoundError
 
 from noetl.engine import ExecutionState, decide, is_input, new_state
 from noetl.engine.fold import replay
@@ -78,33 +78,51 @@ class Server:
     # --- requests ------------------------------------------------------------------------
 
     async def _request_loop(self) -> None:
-        sub = await self.js.pull_subscribe(
-            s.REQUESTS_FILTER,
-            durable="noetl-server-requests",
-            stream=s.REQUESTS_STREAM,
-            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=30, max_deliver=5),
-        )
-        while not self._stopping.is_set():
-            try:
-                msgs = await sub.fetch(64, timeout=1)
-            except TimeoutError:
-                continue
-            except Exception as e:  # connection blips: keep the loop alive
-                log.warning("request fetch failed: %s", e)
-                await asyncio.sleep(0.2)
-                continue
-            for m in msgs:
-                msg_id = (m.headers or {}).get("Nats-Msg-Id")
+        durable = "noetl-server-requests"
+        try:
+            await self.js.consumer_info(s.REQUESTS_STREAM, durable)
+        except NotFoundError:
+            with contextlib.suppress(BadRequestError):
+                await self.js.add_consumer(
+                    s.REQUESTS_STREAM,
+                    ConsumerConfig(
+                        durable_name=durable,
+                        filter_subject=s.REQUESTS_FILTER,
+                        ack_policy=AckPolicy.EXPLICIT,
+                        ack_wait=30,
+                        max_deliver=5,
+                    ),
+                )
+        puller = await Puller(self.nc, s.REQUESTS_STREAM, durable).start()
+        try:
+            while not self._stopping.is_set():
                 try:
-                    if m.subject == s.CANCEL_SUBJECT:
-                        await self.requests.cancel(m.data)
-                    else:
-                        await self.requests.handle(m.data, msg_id)
-                except Exception:
-                    log.exception("request handling failed; it will be redelivered")
-                    await m.nak(delay=1)
+                    msgs = await puller.fetch(64, wait=1.0)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # connection blips: keep the loop alive
+                    log.warning("request fetch failed: %s", e)
+                    await asyncio.sleep(0.2)
                     continue
-                await m.ack()
+                # requests are independent of each other: handle a batch at once
+                await asyncio.gather(*(self._request(m) for m in msgs))
+        finally:
+            with contextlib.suppress(Exception):
+                await puller.stop()
+
+    async def _request(self, m: Any) -> None:
+        msg_id = (m.headers or {}).get("Nats-Msg-Id")
+        try:
+            if m.subject == s.CANCEL_SUBJECT:
+                await self.requests.cancel(m.data)
+            else:
+                await self.requests.handle(m.data, msg_id)
+        except Exception:
+            log.exception("request handling failed; it will be redelivered")
+            with contextlib.suppress(Exception):
+                await m.nak(delay=1)
+            return
+        await m.ack()
 
     # --- engine inputs -------------------------------------------------------------------
 

@@ -48,6 +48,11 @@ _CANCELLED_KEEP = 10_000
 MAX_TERMINAL_BYTES = 900 * 1024
 
 
+def _ignore_result(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat()
 
@@ -377,7 +382,8 @@ class Worker:
 
         ikey = s.iter_key(exec_id, run_id, index) if index is not None else None
         snapshot: Snapshot | None = None
-        if ikey is not None:
+        # only a redelivered command can have a snapshot: a first delivery skips the read
+        if ikey is not None and msg.metadata.num_delivered > 1:
             with contextlib.suppress(KeyNotFoundError):
                 e = await self.iter_kv.get(ikey)
                 if e.value:
@@ -422,5 +428,12 @@ class Worker:
         await flush()
         await self._publish_terminal(cmd, res.ok, payload, inflight)
         if ikey is not None and wrote:
+            # not awaited: a purge lost to a crash leaves a snapshot of a finished iteration, which
+            # nothing reads again
             with contextlib.suppress(Exception):
-                await self.iter_kv.purge(ikey)
+                fut = await self.js.publish_async(
+                    f"$KV.{s.ITER_BUCKET}.{ikey}",
+                    b"",
+                    headers={"KV-Operation": "PURGE", "Nats-Rollup": "sub"},
+                )
+                fut.add_done_callback(_ignore_result)
