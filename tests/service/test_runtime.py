@@ -202,6 +202,8 @@ def test_noetl_server_serves_http_on_a_free_port(fresh_nats) -> None:  # type: i
         assert httpx.get(f"{url}/ready", timeout=10).status_code == 200
         runtime = httpx.get(f"{url}/api/runtime", timeout=10).json()
         assert [e["role"] for e in runtime] == ["server"] and runtime[0]["http"] == url
+        r = httpx.post(f"{url}/api/executions", json={"playbook": PLAYBOOK}, timeout=10)
+        assert r.status_code == 202  # no worker: it stays running, and SIGTERM must still stop the server
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -134,7 +134,10 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
     await stop.wait()
     await ops.stop()
     await svc.stop()
-    await nc.drain()
+    try:
+        await asyncio.wait_for(nc.drain(), timeout=10)
+    except TimeoutError:  # a subscription stopped mid-fetch can hold drain forever: exit anyway
+        await nc.close()
 
 
 def cmd_server(args: argparse.Namespace) -> int:

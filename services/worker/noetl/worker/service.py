@@ -378,7 +378,7 @@ class Worker:
                     derive_id(cid, "task.done", n),
                     trid,
                 )
-                await flush()
+            await flush()  # sent now (followers see a long task start), confirmed with the terminal event
 
         ikey = s.iter_key(exec_id, run_id, index) if index is not None else None
         snapshot: Snapshot | None = None

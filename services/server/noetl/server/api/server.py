@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
@@ -27,6 +28,18 @@ log = logging.getLogger("noetl.server.api")
 
 TOKEN_ENV = "NOETL_API_TOKEN"
 ADMIN_TOKEN_ENV = "NOETL_API_ADMIN_TOKEN"
+
+
+class _Uvicorn(uvicorn.Server):
+    """Leaves signals alone: the process that embeds the API owns SIGTERM/SIGINT and stops it.
+
+    (uvicorn's own handlers would replace the CLI's, then restore the handlers from before, so a
+    SIGTERM could stop the HTTP side and leave the engine running.)
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -89,8 +102,7 @@ class ApiServer:
         )
         # bind here: a taken port is an OSError for the caller, where uvicorn would exit the process
         sock = _listen(self.host, self.port)
-        self._server = uvicorn.Server(config)
-        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # the CLI owns signals
+        self._server = _Uvicorn(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="noetl-http")
         while not self._server.started:
             if self._task.done():
