@@ -12,7 +12,7 @@ import itertools
 
 from bench import playbooks
 from bench.cluster import Cluster
-from bench.common import FinishWatch, new_request, run_timed, ts
+from bench.common import FinishWatch, new_request, note_client_mismatches, run_timed, ts
 from bench.config import Sizes
 from bench.record import Recorder, percentile
 
@@ -39,3 +39,4 @@ async def run(rec: Recorder, sizes: Sizes, runs: int) -> None:
         for role, mib in c.peak_rss_mib().items():
             rec.add(NAME, f"{role}_rss", mib, "MiB")
         await watch.stop()
+    note_client_mismatches(rec, NAME)

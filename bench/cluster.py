@@ -24,6 +24,17 @@ from noetl.events.natsserver import NatsServer
 from noetl.events.streams import ensure_all
 
 BIN = Path(sys.executable).parent
+FAILED_LOGS = Path(__file__).resolve().parent / "results"
+_SERVER_ARGS: list[str] | None = None
+
+
+def server_args() -> list[str]:
+    """``--http-port 0`` when the server has an HTTP API, so two clusters never share a port."""
+    global _SERVER_ARGS
+    if _SERVER_ARGS is None:
+        p = subprocess.run([str(BIN / "noetl"), "server", "--help"], capture_output=True, text=True)
+        _SERVER_ARGS = ["--http-port", "0"] if "--http-port" in p.stdout else []
+    return _SERVER_ARGS
 
 
 def vm_hwm_mib(pid: int) -> float:
@@ -66,9 +77,8 @@ class Service:
     def stop(self, grace: float = 2.0) -> bool:
         """SIGTERM, then SIGKILL after ``grace`` seconds; True when it stopped by itself.
 
-        The grace is short on purpose: a service that has been up for a few seconds waits
-        ~15 s per connection in ``nc.drain()`` (a pull subscription's queue never empties), and
-        a benchmark has nothing to lose by killing it after its numbers are read.
+        The grace is short because a benchmark has nothing to lose once its numbers are read,
+        and a service stuck in shutdown must not add its time-out to every scenario.
         """
         clean = True
         if self.proc.poll() is None:
@@ -102,7 +112,7 @@ class Cluster:
             await ensure_all(self.nc.jetstream())  # once, so the services do not race to create
             url = ["--nats-url", self.nats.url]
             logs = Path(self._log_dir)
-            self.server = Service("server", url, logs / "server.log")
+            self.server = Service("server", [*url, *server_args()], logs / "server.log")
             for i in range(self.workers):
                 args = [*url, "--concurrency", str(self.concurrency)]
                 self.worker_procs.append(Service("worker", args, logs / f"worker{i}.log"))
@@ -141,5 +151,17 @@ class Cluster:
                 f.unlink()
             Path(self._log_dir).rmdir()
 
-    async def __aexit__(self, *exc: object) -> None:
+    def keep_logs(self) -> Path:
+        """Copy the services' logs where they survive the cluster: after a failed run."""
+        dest = FAILED_LOGS / f"failed-{time.strftime('%Y%m%d-%H%M%S')}"
+        dest.mkdir(parents=True, exist_ok=True)
+        for svc in self._services():
+            if svc.log_path.exists():
+                (dest / svc.log_path.name).write_bytes(svc.log_path.read_bytes())
+        return dest
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc is not None and not isinstance(exc, asyncio.CancelledError):
+            with contextlib.suppress(OSError):
+                print(f"bench: service logs kept in {self.keep_logs()}", file=sys.stderr)
         await self.close()

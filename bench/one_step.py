@@ -12,7 +12,7 @@ import time
 
 from bench import playbooks
 from bench.cluster import Cluster
-from bench.common import FinishWatch, new_request, run_timed, submit
+from bench.common import FinishWatch, new_request, note_client_mismatches, run_timed, submit
 from bench.config import Sizes
 from bench.record import Recorder, percentile
 from noetl.events.ids import execution_id_for
@@ -48,3 +48,4 @@ async def run(rec: Recorder, sizes: Sizes, runs: int) -> None:
                 client.append((time.perf_counter() - t0) * 1000)
             rec.add(NAME, "client_p50", percentile(client, 50), "ms")
         await watch.stop()
+    note_client_mismatches(rec, NAME)

@@ -89,17 +89,44 @@ def _layers(playbook: Playbook, step: Step) -> list[dict[str, Any]]:
     return layers
 
 
+# A playbook text never changes under its digest, so its merged specs are computed once per
+# (digest, step, task): the hot path asks for them on every command and every task run. The
+# returned mappings are shared: callers read them and must not change them.
+_MEMO: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+_MEMO_MAX = 50_000
+
+
+def _memo(playbook: Playbook, step: Step, task: Task | None, build: Any) -> dict[str, Any]:
+    if not playbook.digest:  # built in code, not from a text: nothing identifies it safely
+        return build()  # type: ignore[no-any-return]
+    key = (playbook.digest, step.name, None if task is None else f"{task.name}\x1f{task.kind}")
+    out = _MEMO.get(key)
+    if out is None:
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.clear()
+        out = _MEMO[key] = build()
+    return out
+
+
 def effective_step_spec(playbook: Playbook, step: Step) -> dict[str, Any]:
     """Base defaults → executor.spec → step.spec → loop.spec: the kind-independent knobs a step
     run needs (``max_task_runs``, ``policy.limits``)."""
+    return _memo(playbook, step, None, lambda: _step_spec(playbook, step))
+
+
+def effective_task_spec(playbook: Playbook, step: Step, task: Task) -> dict[str, Any]:
+    """Kind defaults → executor.spec → step.spec → loop.spec → task.spec."""
+    return _memo(playbook, step, task, lambda: _task_spec(playbook, step, task))
+
+
+def _step_spec(playbook: Playbook, step: Step) -> dict[str, Any]:
     out = _copy(BASE_DEFAULTS)
     for layer in _layers(playbook, step):
         out = deep_merge(out, layer)
     return out  # type: ignore[no-any-return]
 
 
-def effective_task_spec(playbook: Playbook, step: Step, task: Task) -> dict[str, Any]:
-    """Kind defaults → executor.spec → step.spec → loop.spec → task.spec."""
+def _task_spec(playbook: Playbook, step: Step, task: Task) -> dict[str, Any]:
     out = kind_defaults(task.kind)
     for layer in (*_layers(playbook, step), scoped(task.spec)):
         out = deep_merge(out, layer)
