@@ -7,9 +7,9 @@ them as plain dicts (``make_event``) and validates with the models only at the e
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
@@ -97,10 +97,15 @@ def make_event(
     }
 
 
+def _fallback(value: Any) -> Any:
+    return str(value)
+
+
 def dumps(obj: Any) -> bytes:
-    """Compact JSON; values that JSON cannot hold become strings rather than crashing a service."""
-    return json.dumps(obj, separators=(",", ":"), default=str, ensure_ascii=False).encode()
+    """Compact JSON (orjson: several times faster than the standard library on the hot path);
+    values that JSON cannot hold become strings rather than crashing a service."""
+    return orjson.dumps(obj, default=_fallback, option=orjson.OPT_NON_STR_KEYS)
 
 
 def loads(data: bytes | str) -> Any:
-    return json.loads(data)
+    return orjson.loads(data)

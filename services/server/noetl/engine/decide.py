@@ -13,7 +13,6 @@ itself, plus ``playbook.execution.requested``; the engine's own outputs are neve
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +22,7 @@ from noetl.dsl.model import Step
 from noetl.dsl.policy import admit, apply_patch, evaluate_arcs
 from noetl.dsl.specmerge import deep_merge, effective_step_spec
 from noetl.engine.state import ExecutionState, LoopState, RunState
-from noetl.events.envelope import make_event
+from noetl.events.envelope import dumps, make_event
 from noetl.events.ids import derive_id
 from noetl.events.subjects import DEFAULT_POOL
 
@@ -43,7 +42,7 @@ MAX_COMMAND_BYTES = 900 * 1024
 
 
 def _size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), default=str, ensure_ascii=False).encode())
+    return len(dumps(value))
 
 
 def payload_limit(state: ExecutionState, step: Step | None = None) -> int:
@@ -85,7 +84,7 @@ def by_reference(
         return value
     if limit is None:
         limit = payload_limit(state, step)
-    data = json.dumps(value, separators=(",", ":"), default=str, ensure_ascii=False).encode()
+    data = dumps(value)
     if len(data) <= limit:
         return value
     out.objects.append((key, data))
