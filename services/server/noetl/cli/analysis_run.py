@@ -11,6 +11,18 @@ from typing import Any
 from noetl.dsl.validate import read_text, validate_text
 
 
+def _valid_text(file: str) -> str | None:
+    """The file's text when it reads and validates; otherwise every problem is printed."""
+    text, problem = read_text(file)
+    if text is None:
+        print(problem, file=sys.stderr)
+        return None
+    problems = validate_text(text, file)
+    for p in problems:
+        print(p, file=sys.stderr)
+    return None if problems else text
+
+
 async def read_events(nats_url: str, execution_id: str) -> list[dict[str, Any]]:
     from noetl.events.bus import connect, read_execution_events
 
@@ -33,14 +45,8 @@ async def graph(args: argparse.Namespace) -> int:
     from noetl.dsl.analysis.petri import analyze_net
     from noetl.dsl.validate import load_playbook
 
-    text, problem = read_text(args.file)
+    text = _valid_text(args.file)
     if text is None:
-        print(problem, file=sys.stderr)
-        return 2
-    problems = validate_text(text, args.file)
-    if problems:
-        for p in problems:
-            print(p, file=sys.stderr)
         return 2
     playbook = load_playbook(text, args.file)
     net = analyze_net(Analysis.build(playbook))
@@ -68,14 +74,8 @@ async def replay(args: argparse.Namespace) -> int:
 
     new_text = None
     if args.playbook:
-        new_text, problem = read_text(args.playbook)
+        new_text = _valid_text(args.playbook)
         if new_text is None:
-            print(problem, file=sys.stderr)
-            return 2
-        problems = validate_text(new_text, args.playbook)
-        if problems:
-            for p in problems:
-                print(p, file=sys.stderr)
             return 2
     events = await read_events(args.nats_url, args.execution_id)
     if not any(e.get("name") == "playbook.execution.requested" for e in events):

@@ -115,28 +115,29 @@ def _task_fields(
     return rules
 
 
-def _gate(m: Migrator, pipe: Pipeline, j: int, label: str, cond: Any, path: Path) -> None:
-    """A task `when`: a noop before it that jumps past it when the condition is false."""
-    labels = pipe.labels()
-    test = rewrite_all(cond, task_renames(m, None)) if isinstance(cond, str) else "{{ true }}"
-    skip: dict[str, Any] = {"do": "jump", "to": labels[j + 1]} if j + 1 < len(labels) else {"do": "break"}
-    gate = {
+def _gate_task(m: Migrator, pipe: Pipeline, label: str, test: str, skip: dict[str, Any]) -> dict[str, Any]:
+    """A noop that takes ``skip`` when ``test`` (a lone ``{{ expr }}``) is false, else continues."""
+    when = wrap(f"not ({test.strip()[2:-2].strip()})") if test.strip().startswith("{{") else "{{ false }}"
+    return {
         "name": pipe.unique(f"{label}_gate"),
         "kind": "noop",
         "spec": {
             "policy": {
                 "rules": [
-                    {
-                        "when": wrap(f"not ({str(test).strip()[2:-2].strip()})")
-                        if str(test).startswith("{{")
-                        else "{{ false }}",
-                        "then": m.flow(skip),
-                    },
+                    {"when": when, "then": m.flow(skip)},
                     {"else": {"then": m.flow({"do": "continue"})}},
                 ]
             }
         },
     }
+
+
+def _gate(m: Migrator, pipe: Pipeline, j: int, label: str, cond: Any, path: Path) -> None:
+    """A task `when`: a noop before it that jumps past it when the condition is false."""
+    labels = pipe.labels()
+    test = rewrite_all(cond, task_renames(m, None)) if isinstance(cond, str) else "{{ true }}"
+    skip: dict[str, Any] = {"do": "jump", "to": labels[j + 1]} if j + 1 < len(labels) else {"do": "break"}
+    gate = _gate_task(m, pipe, label, str(test), skip)
     pipe.insert(j, gate, (*path, "when"))
     m.did(
         (*path, "when"),
@@ -225,24 +226,7 @@ def _sink(m: Migrator, pipe: Pipeline, sink: Any, cond: str | None, path: Path, 
     if isinstance(sink.get("args"), dict):
         task["args"] = rewrite_all(sink["args"], renames)
     if cond is not None:
-        gate = {
-            "name": pipe.unique(f"{label}_gate"),
-            "kind": "noop",
-            "spec": {
-                "policy": {
-                    "rules": [
-                        {
-                            "when": wrap(f"not ({cond.strip()[2:-2].strip()})")
-                            if cond.strip().startswith("{{")
-                            else "{{ false }}",
-                            "then": m.flow({"do": "break"}),
-                        },
-                        {"else": {"then": m.flow({"do": "continue"})}},
-                    ]
-                }
-            },
-        }
-        pipe.insert(None, gate, path)
+        pipe.insert(None, _gate_task(m, pipe, label, cond.strip(), {"do": "break"}), path)
     pipe.insert(None, task, path)
     how = "a task that writes and returns a reference"
     m.did(
