@@ -9,6 +9,7 @@ into a ``tool_error`` outcome).
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,9 +26,9 @@ class ToolContext:
     execution_id: str
     step: str
     task: str
-    spec: Mapping[str, Any]          # effective task spec (kind defaults → executor → step → loop → task)
-    keychain: Mapping[str, Any]      # resolved credentials by name: {name: data}
-    services: Any = None             # worker-wide shared resources (http client, pools, NATS)
+    spec: Mapping[str, Any]  # effective task spec (kind defaults → executor → step → loop → task)
+    keychain: Mapping[str, Any]  # resolved credentials by name: {name: data}
+    services: Any = None  # worker-wide shared resources (http client, pools, NATS)
     attempt: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -52,8 +53,9 @@ def error(err: NoetlError | dict[str, Any], **extra: Any) -> dict[str, Any]:
     return out
 
 
-def timeout_seconds(spec: Mapping[str, Any],
-                    default: float | None = None) -> tuple[float | None, float | None]:
+def timeout_seconds(
+    spec: Mapping[str, Any], default: float | None = None
+) -> tuple[float | None, float | None]:
     """``spec.timeout`` as ``(connect, read)``: one number sets both, a mapping sets each."""
     t = spec.get("timeout")
     if t is None:
@@ -72,8 +74,12 @@ class Clock:
         self._t0 = time.perf_counter()
 
     def meta(self, task: str, attempt: int) -> dict[str, Any]:
-        return {"attempt": attempt, "duration_ms": round((time.perf_counter() - self._t0) * 1000, 3),
-                "started_at": self.started_at, "task": task}
+        return {
+            "attempt": attempt,
+            "duration_ms": round((time.perf_counter() - self._t0) * 1000, 3),
+            "started_at": self.started_at,
+            "task": task,
+        }
 
 
 _REGISTRY: dict[str, Tool] = {}
@@ -84,9 +90,23 @@ def register(tool: Tool) -> Tool:
     return tool
 
 
+_LAZY: dict[str, str] = {}
+
+
+def register_lazy(kind: str, module: str) -> None:
+    """Name the module that registers ``kind``; it is imported when the kind is first used."""
+    _LAZY[kind] = module
+
+
 def get_tool(kind: str) -> Tool:
-    return _REGISTRY[kind]
+    tool = _REGISTRY.get(kind)
+    if tool is None and kind in _LAZY:
+        importlib.import_module(_LAZY[kind])
+        tool = _REGISTRY.get(kind)
+    if tool is None:
+        raise KeyError(kind)
+    return tool
 
 
 def registered_kinds() -> frozenset[str]:
-    return frozenset(_REGISTRY)
+    return frozenset(_REGISTRY) | frozenset(_LAZY)
