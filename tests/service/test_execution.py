@@ -114,3 +114,41 @@ def test_noetl_run_invalid_exits_2(tmp_path: Path) -> None:
         cwd=ROOT,
     )
     assert p.returncode == 2 and "vars" in p.stderr
+
+
+WORKBOOK_SPEC = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: wb, path: tests/wb}
+workbook:
+  tasks:
+    slow:
+      kind: python
+      spec:
+        timeout: 0.3
+        policy:
+          rules:
+            - when: "{{ outcome.status == 'error' }}"
+              then: {do: fail}
+      code: |
+        import time
+        def main():
+            time.sleep(2)
+            return 1
+workflow:
+  - step: start
+    tool:
+      - name: use
+        kind: workbook
+        task: slow
+        spec:
+          policy:
+            rules:
+              - when: "{{ outcome.status == 'error' and outcome.error.kind == 'timeout' }}"
+                then: {do: continue, set_ctx: {timed_out: true}}
+"""
+
+
+async def test_workbook_template_spec_applies_and_is_not_rendered(nc, services) -> None:  # type: ignore[no-untyped-def]
+    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": WORKBOOK_SPEC}, timeout=30)
+    assert out["status"] == "success" and out["ctx"] == {"timed_out": True}

@@ -22,7 +22,7 @@ from noetl.dsl.errors import (
 )
 from noetl.dsl.model import Playbook, Step, Task
 from noetl.dsl.policy import apply_patch, evaluate_task_policy
-from noetl.dsl.specmerge import effective_step_spec, effective_task_spec
+from noetl.dsl.specmerge import deep_merge, effective_step_spec, effective_task_spec, scoped
 from noetl.dsl.templates import TemplateEngine
 from noetl.events import logs
 from noetl.worker.tools.base import Clock, ToolContext, get_tool
@@ -196,13 +196,18 @@ class Pipeline:
         clock = Clock()
         kind, config = task.kind, task.config
         try:
+            spec = effective_task_spec(self.playbook, self.step, task)
             if kind == "workbook":
                 kind, config = resolve_workbook(dict(config), kind, self.playbook.workbook)
+                # the template's own spec knobs (timeout, ...) sit under the calling task's spec;
+                # they are configuration, never rendered as task fields
+                template_spec = scoped(config.pop("spec", None))
+                if template_spec:
+                    spec = deep_merge(deep_merge(spec, template_spec), scoped(task.spec))
             rendered = {
                 k: (v if k in _RAW_FIELDS else self.engine.render(v, context, f"{task.path}.{k}"))
                 for k, v in config.items()
             }
-            spec = effective_task_spec(self.playbook, self.step, task)
             if self.emit:
                 await self.emit("task.started", task, run_no, {"kind": kind, "attempt": attempt})
             tctx = ToolContext(
