@@ -11,20 +11,11 @@ from pathlib import Path
 from noetl.cli.analysis_run import graph
 from noetl.cli.suite import run_suite
 from noetl.server.client import run_and_wait
-from noetl.server.service import Server
-from noetl.worker.service import Worker
 from tests.service.test_replay import ROUTE
 
 
-async def test_graph_of_an_execution(nc, nats_server, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    server, worker = Server(nc), Worker(nc, concurrency=4)
-    await server.start()
-    await worker.start()
-    try:
-        out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
-    finally:
-        await worker.stop(drain=False)
-        await server.stop()
+async def test_graph_of_an_execution(nc, nats_server, services, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
     f = tmp_path / "route.yaml"
     f.write_text(ROUTE)
     ns = argparse.Namespace(

@@ -9,13 +9,9 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
-
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events
 from noetl.server.client import run_and_wait
-from noetl.server.service import Server
-from noetl.worker.service import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,18 +36,6 @@ workflow:
             rules:
               - else: {then: {do: continue, set_ctx: {doubled: "{{ outcome.result }}"}}}
 """
-
-
-@pytest.fixture
-async def services(nc):  # type: ignore[no-untyped-def]
-    server, worker = Server(nc), Worker(nc, concurrency=8)
-    await server.start()
-    await worker.start()
-    try:
-        yield server, worker
-    finally:
-        await worker.stop(drain=False)
-        await server.stop()
 
 
 async def test_execution_runs_through_jetstream(nc, services) -> None:  # type: ignore[no-untyped-def]

@@ -14,8 +14,6 @@ from noetl.cli.analysis_run import replay
 from noetl.cli.replay_diff import render, replay_diff
 from noetl.events.bus import read_execution_events
 from noetl.server.client import run_and_wait
-from noetl.server.service import Server
-from noetl.worker.service import Worker
 
 ROUTE = """
 apiVersion: noetl.io/v2
@@ -46,15 +44,8 @@ workflow:
 
 
 @pytest.fixture
-async def recorded(nc):  # type: ignore[no-untyped-def]
-    server, worker = Server(nc), Worker(nc, concurrency=4)
-    await server.start()
-    await worker.start()
-    try:
-        out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
-    finally:
-        await worker.stop(drain=False)
-        await server.stop()
+async def recorded(nc, services):  # type: ignore[no-untyped-def]
+    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
     assert out["status"] == "success" and out["result"] == "small"
     return out["execution_id"], await read_execution_events(nc.jetstream(), out["execution_id"])
 
