@@ -19,6 +19,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from noetl.events import subjects as s
 from noetl.events.envelope import dumps, loads
+from noetl.events.publisher import Publisher
 
 
 async def _quiet_error_cb(e: Exception) -> None:  # reconnect chatter is logged elsewhere
@@ -63,10 +64,8 @@ async def connect(url: str, *, name: str = "noetl", **opts: Any) -> NATS:
 
 async def send(js: JetStreamContext, messages: Iterable[tuple[str, bytes, str]]) -> list[asyncio.Future[Any]]:
     """Publish (subject, data, msg_id) in order without waiting: the stream stores them in order."""
-    return [
-        await js.publish_async(subject, data, headers={"Nats-Msg-Id": msg_id})
-        for subject, data, msg_id in messages
-    ]
+    pub = await Publisher.of(js._nc)
+    return [await pub.publish(subject, data, {"Nats-Msg-Id": msg_id}) for subject, data, msg_id in messages]
 
 
 async def confirm(futures: list[asyncio.Future[Any]], timeout: float = 10.0) -> None:
