@@ -25,6 +25,7 @@ from noetl.events import subjects as s
 from noetl.events.bus import publish_all, read_messages
 from noetl.events.catalog import Catalog
 from noetl.events.envelope import dumps, loads
+from noetl.events.publisher import Publisher
 from noetl.events.puller import Puller
 from noetl.events.streams import ensure_all
 from noetl.server.requests import RequestHandler
@@ -225,7 +226,7 @@ class Server:
             await publish_all(self.js, msgs)
             # the checkpoint moves only after the decisions are stored; its own ack is not awaited:
             # a lost checkpoint costs a few harmless re-decisions after a restart, not correctness
-            fut = await self.js.publish_async(
+            fut = await (await Publisher.of(self.nc)).publish(
                 f"$KV.{s.SERVER_BUCKET}.checkpoint.p{partition}", str(seq).encode()
             )
             fut.add_done_callback(_ignore_result)

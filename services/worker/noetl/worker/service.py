@@ -31,6 +31,7 @@ from noetl.events.bus import confirm, send
 from noetl.events.catalog import Catalog
 from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.ids import derive_id
+from noetl.events.publisher import Publisher
 from noetl.events.puller import Puller
 from noetl.events.streams import ensure_all
 from noetl.worker.masking import Masker
@@ -394,7 +395,10 @@ class Worker:
         async def checkpoint(snap: Snapshot) -> None:
             nonlocal wrote
             if ikey is not None:
-                await self.iter_kv.put(ikey, dumps(masker.mask(snap.to_dict())))
+                pub = await Publisher.of(self.nc)  # a KV put is a publish to $KV.<bucket>.<key>
+                await confirm(
+                    [await pub.publish(f"$KV.{s.ITER_BUCKET}.{ikey}", dumps(masker.mask(snap.to_dict())))]
+                )
                 wrote = True
 
         if index is None:
@@ -431,9 +435,7 @@ class Worker:
             # not awaited: a purge lost to a crash leaves a snapshot of a finished iteration, which
             # nothing reads again
             with contextlib.suppress(Exception):
-                fut = await self.js.publish_async(
-                    f"$KV.{s.ITER_BUCKET}.{ikey}",
-                    b"",
-                    headers={"KV-Operation": "PURGE", "Nats-Rollup": "sub"},
+                fut = await (await Publisher.of(self.nc)).publish(
+                    f"$KV.{s.ITER_BUCKET}.{ikey}", b"", {"KV-Operation": "PURGE", "Nats-Rollup": "sub"}
                 )
                 fut.add_done_callback(_ignore_result)
