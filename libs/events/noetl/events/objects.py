@@ -14,10 +14,9 @@ from nats.js import JetStreamContext
 
 from noetl.events import subjects as s
 from noetl.events.envelope import loads
+from noetl.events.refs import is_reference
 
-
-def is_reference(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("store") == "nats.object" and "key" in value
+__all__ = ["is_reference", "resolve"]
 
 
 async def resolve(js: JetStreamContext, ref: dict[str, Any]) -> Any:

@@ -12,7 +12,6 @@ itself, plus ``playbook.execution.requested``; the engine's own outputs are neve
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +23,7 @@ from noetl.dsl.specmerge import deep_merge, effective_step_spec
 from noetl.engine.state import ExecutionState, LoopState, RunState
 from noetl.events.envelope import dumps, make_event
 from noetl.events.ids import derive_id
+from noetl.events.refs import make_reference
 from noetl.events.subjects import DEFAULT_POOL
 
 
@@ -88,12 +88,7 @@ def by_reference(
     if len(data) <= limit:
         return value
     out.objects.append((key, data))
-    return {
-        "store": "nats.object",
-        "key": key,
-        "size": len(data),
-        "checksum": "sha256:" + hashlib.sha256(data).hexdigest(),
-    }
+    return make_reference(key, data)
 
 
 class _Emitter:

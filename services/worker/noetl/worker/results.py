@@ -7,14 +7,14 @@ and JetStream's 1 MiB message limit is never met.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from nats.js import JetStreamContext
 
 from noetl.events import subjects as s
 from noetl.events.envelope import dumps
-from noetl.events.objects import is_reference, resolve
+from noetl.events.objects import resolve
+from noetl.events.refs import is_reference, make_reference
 
 __all__ = ["externalize", "is_reference", "resolve"]
 
@@ -29,9 +29,4 @@ async def externalize(js: JetStreamContext, value: Any, key: str, limit: int = D
         return value
     obs = await js.object_store(s.RESULTS_BUCKET)
     await obs.put(key, data)
-    return {
-        "store": "nats.object",
-        "key": key,
-        "size": len(data),
-        "checksum": "sha256:" + hashlib.sha256(data).hexdigest(),
-    }
+    return make_reference(key, data)
