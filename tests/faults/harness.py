@@ -55,17 +55,10 @@ class Cluster:
         return p
 
     def server(self) -> subprocess.Popen[bytes]:
-        return self._spawn("server", *self._server_flags())
+        return self._spawn("server", "--http-port", "-1")
 
     def worker(self, concurrency: int = 16, pool: str = "default") -> subprocess.Popen[bytes]:
         return self._spawn("worker", "--pool", pool, "--concurrency", str(concurrency))
-
-    @staticmethod
-    def _server_flags() -> list[str]:
-        from noetl.cli.main import build_parser
-
-        opts = {a.dest for a in build_parser()._subparsers._group_actions[0].choices["server"]._actions}
-        return ["--http-port", "-1"] if "http_port" in opts else []
 
     def kill(self, p: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> int:
         p.send_signal(sig)

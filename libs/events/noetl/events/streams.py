@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from nats.js import JetStreamContext
 from nats.js.api import (
+    ConsumerConfig,
     KeyValueConfig,
     RetentionPolicy,
     StorageType,
@@ -74,6 +75,18 @@ async def ensure_all(js: JetStreamContext, replicas: int = 1) -> None:
         await js.object_store(s.RESULTS_BUCKET)
     except NotFoundError:
         await js.create_object_store(s.RESULTS_BUCKET)
+
+
+async def ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerConfig) -> None:
+    """A durable consumer shared by every replica: created by whichever replica comes first; an
+    existing one is kept as it is (its delivery state is what the replicas share)."""
+    try:
+        await js.consumer_info(stream, config.durable_name or "")
+    except NotFoundError:
+        try:
+            await js.add_consumer(stream, config)
+        except BadRequestError:
+            await js.consumer_info(stream, config.durable_name or "")  # another replica won the race
 
 
 async def ensure_kv(js: JetStreamContext, bucket: str, *, history: int = 1, replicas: int = 1):

@@ -17,7 +17,7 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import BadRequestError, KeyNotFoundError, NotFoundError
+from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from noetl.engine import ExecutionState, decide, is_input, new_state
 from noetl.engine.fold import replay
@@ -25,19 +25,14 @@ from noetl.events import subjects as s
 from noetl.events.bus import publish_all, read_messages
 from noetl.events.catalog import Catalog
 from noetl.events.envelope import dumps, loads
-from noetl.events.publisher import Publisher
+from noetl.events.publisher import Publisher, ignore_result
 from noetl.events.puller import Puller
-from noetl.events.streams import ensure_all
+from noetl.events.streams import ensure_all, ensure_consumer
 from noetl.server.requests import RequestHandler
 
 log = logging.getLogger("noetl.server")
 
 BATCH = 256
-
-
-def _ignore_result(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled():
-        fut.exception()
 
 
 class Server:
@@ -80,20 +75,17 @@ class Server:
 
     async def _request_loop(self) -> None:
         durable = "noetl-server-requests"
-        try:
-            await self.js.consumer_info(s.REQUESTS_STREAM, durable)
-        except NotFoundError:
-            with contextlib.suppress(BadRequestError):
-                await self.js.add_consumer(
-                    s.REQUESTS_STREAM,
-                    ConsumerConfig(
-                        durable_name=durable,
-                        filter_subject=s.REQUESTS_FILTER,
-                        ack_policy=AckPolicy.EXPLICIT,
-                        ack_wait=30,
-                        max_deliver=5,
-                    ),
-                )
+        await ensure_consumer(
+            self.js,
+            s.REQUESTS_STREAM,
+            ConsumerConfig(
+                durable_name=durable,
+                filter_subject=s.REQUESTS_FILTER,
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=30,
+                max_deliver=5,
+            ),
+        )
         puller = await Puller(self.nc, s.REQUESTS_STREAM, durable).start()
         try:
             while not self._stopping.is_set():
@@ -229,7 +221,7 @@ class Server:
             fut = await (await Publisher.of(self.nc)).publish(
                 f"$KV.{s.SERVER_BUCKET}.checkpoint.p{partition}", str(seq).encode()
             )
-            fut.add_done_callback(_ignore_result)
+            fut.add_done_callback(ignore_result)
 
         return attempt
 

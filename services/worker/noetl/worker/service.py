@@ -19,7 +19,7 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig
-from nats.js.errors import BadRequestError, KeyNotFoundError, NotFoundError
+from nats.js.errors import KeyNotFoundError
 
 from noetl.dsl.cache import parse_playbook, template_engine
 from noetl.dsl.errors import NoetlError, PayloadTooLargeError
@@ -31,9 +31,9 @@ from noetl.events.bus import confirm, send
 from noetl.events.catalog import Catalog
 from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.ids import derive_id
-from noetl.events.publisher import Publisher
+from noetl.events.publisher import Publisher, ignore_result
 from noetl.events.puller import Puller
-from noetl.events.streams import ensure_all
+from noetl.events.streams import ensure_all, ensure_consumer
 from noetl.worker.masking import Masker
 from noetl.worker.pipeline import Pipeline, RunResult, Snapshot
 from noetl.worker.results import externalize
@@ -47,11 +47,6 @@ MAX_DELIVER = int(os.environ.get("NOETL_MAX_DELIVER", "5"))
 _CANCELLED_KEEP = 10_000
 # JetStream refuses messages over 1 MiB; leave room for the envelope
 MAX_TERMINAL_BYTES = 900 * 1024
-
-
-def _ignore_result(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled():
-        fut.exception()
 
 
 def _now() -> str:
@@ -112,21 +107,18 @@ class Worker:
 
     async def _pull_loop(self) -> None:
         durable = s.worker_consumer(self.pool)
-        try:
-            await self.js.consumer_info(s.COMMANDS_STREAM, durable)
-        except NotFoundError:
-            with contextlib.suppress(BadRequestError):  # another worker of the pool created it first
-                await self.js.add_consumer(
-                    s.COMMANDS_STREAM,
-                    ConsumerConfig(
-                        durable_name=durable,
-                        filter_subject=s.command_subject(self.pool),
-                        ack_policy=AckPolicy.EXPLICIT,
-                        ack_wait=ACK_WAIT,
-                        max_deliver=MAX_DELIVER,
-                        max_ack_pending=-1,
-                    ),
-                )
+        await ensure_consumer(
+            self.js,
+            s.COMMANDS_STREAM,
+            ConsumerConfig(
+                durable_name=durable,
+                filter_subject=s.command_subject(self.pool),
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=ACK_WAIT,
+                max_deliver=MAX_DELIVER,
+                max_ack_pending=-1,
+            ),
+        )
         puller = await Puller(self.nc, s.COMMANDS_STREAM, durable).start()
         try:
             await self._pull(puller)
@@ -438,4 +430,4 @@ class Worker:
                 fut = await (await Publisher.of(self.nc)).publish(
                     f"$KV.{s.ITER_BUCKET}.{ikey}", b"", {"KV-Operation": "PURGE", "Nats-Rollup": "sub"}
                 )
-                fut.add_done_callback(_ignore_result)
+                fut.add_done_callback(ignore_result)
