@@ -1,6 +1,6 @@
 import base64
 
-from noetl.worker.masking import Masker
+from noetl.events.masking import Masker
 
 KEYCHAIN = {
     "api": {"value": "tok-5f1c9a0e-secret"},

@@ -13,30 +13,43 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import structlog
 
-_secrets: set[str] = set()
+from noetl.events.masking import Masker
+
+_keychain: dict[str, Any] = {}
+_extra: set[str] = set()
+_masker = Masker()
+
+
+def register_keychain(keychain: Mapping[str, Any]) -> None:
+    """Resolved keychain entries whose values (and their encoded forms) never appear in a log line.
+
+    The same :class:`Masker` masks events, so logs and events hide exactly the same strings."""
+    global _masker
+    if any(_keychain.get(k) != v for k, v in keychain.items()):
+        _keychain.update(keychain)
+        _masker = Masker(_keychain, _extra)
 
 
 def register_secrets(values: Iterable[str]) -> None:
-    """Values that must never appear in a log line (resolved keychain data, at least 4 chars)."""
-    for v in values:
-        if isinstance(v, str) and len(v) >= 4:
-            _secrets.add(v)
+    """Plain strings to mask as well (the masker ignores ones too short to mask safely)."""
+    global _masker
+    new = {v for v in values if isinstance(v, str)} - _extra
+    if new:
+        _extra.update(new)
+        _masker = Masker(_keychain, _extra)
 
 
 def mask(text: str) -> str:
-    for s in sorted(_secrets, key=len, reverse=True):
-        if s in text:
-            text = text.replace(s, "***")
-    return text
+    return _masker.mask_text(text)
 
 
 def _mask_processor(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    if not _secrets:
+    if not _masker:
         return event_dict
     return {k: mask(v) if isinstance(v, str) else v for k, v in event_dict.items()}
 
@@ -49,7 +62,7 @@ class _MaskingRenderer:
 
     def __call__(self, logger: Any, name: str, event_dict: dict[str, Any]) -> str:
         line = self.inner(logger, name, event_dict)
-        return mask(line) if _secrets else line
+        return mask(line) if _masker else line
 
 
 def configure(level: str | None = None, fmt: str | None = None) -> None:

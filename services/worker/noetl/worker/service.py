@@ -31,10 +31,10 @@ from noetl.events.bus import confirm, send
 from noetl.events.catalog import Catalog
 from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.ids import derive_id
+from noetl.events.masking import Masker
 from noetl.events.publisher import Publisher, ignore_result
 from noetl.events.puller import Puller
 from noetl.events.streams import ensure_all, ensure_consumer
-from noetl.worker.masking import Masker
 from noetl.worker.pipeline import Pipeline, RunResult, Snapshot
 from noetl.worker.results import externalize
 
@@ -254,7 +254,7 @@ class Worker:
             got = await self.credentials.get(entry.name) if self.credentials else None
             if got is not None:
                 out[entry.name] = got.get("data", got)
-        logs.register_secrets(Masker(out).secrets())
+        logs.register_keychain(out)
         return out
 
     async def _run_pipeline(

@@ -66,10 +66,6 @@ class Masker:
     def __bool__(self) -> bool:
         return self._pattern is not None
 
-    def secrets(self) -> list[str]:
-        """The secret strings (every encoded form), for masks beyond events: the log renderer."""
-        return list(self._secrets)
-
     def mask_text(self, text: str) -> str:
         """``text`` with every secret occurrence replaced; overlapping secrets merge into one mask."""
         if self._pattern is None or not self._pattern.search(text):
