@@ -1,104 +1,156 @@
-"""Low-latency batched reads from a pull consumer.
+"""Reading a pull consumer with requests kept outstanding, the way nats.go's ``Consume`` does.
 
-nats-py's ``fetch(n)`` waits, once the stream is idle, until ``n`` messages or its time-out,
-which adds up to the whole time-out to a message that arrives alone. This reader asks for what
-is available now (``no_wait``), and when nothing is, parks one request for a single message and
-drains the rest as soon as it arrives: one message is handed over at once, a burst in batches.
-All requests reply to one inbox, so a message answering a request that timed out on our side is
-still read by the next call instead of being lost until its ack wait.
+Asking for messages only when the caller wants them costs a round trip per read: a sequential
+path (a chain of steps, a sequential loop) then pays one extra request-and-reply per hop on both
+the server and the worker. Instead this reader keeps *credit* at the server, pull requests for up
+to ``batch`` messages with a long expiry, and tops it up when half of it has been used. Messages
+are handed over the moment they arrive, and a burst arrives in one read. The caller says how
+many messages it has room for (a worker: its free slots), and the credit never exceeds that room,
+so a busy worker does not hoard commands another worker could run.
+
+A request ends when it has delivered its batch or when it expires. The server then sends a status
+with the number it did not deliver (``Nats-Pending-Messages``), which is given back. Requests lost
+without a status (a nats-server restart, a reconnect) are noticed by a missed heartbeat, by the
+connection's reconnect count, or by their deadline passing, and the credit is requested anew.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import collections
+import contextlib
 from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-_NO_MESSAGES = {"404", "408", "409"}
+from noetl.events.envelope import dumps
+
+# statuses that end a pull request normally: its batch or its time is used up
+_ENDED = {"404", "408"}
+_HEARTBEAT = "100"
+
+
+class PullError(Exception):
+    """The server refused or cut off our pull requests (a 409 or 400 status): the caller backs off."""
 
 
 class Puller:
-    def __init__(self, nc: NATS, stream: str, consumer: str) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        stream: str,
+        consumer: str,
+        *,
+        batch: int = 64,
+        expires: float = 30.0,
+        heartbeat: float = 5.0,
+        pending_bytes_limit: int | None = None,
+    ) -> None:
+        if heartbeat * 2 >= expires:
+            raise ValueError(f"heartbeat {heartbeat} s must be less than half of expires {expires} s")
         self.nc = nc
         self.subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self.inbox = nc.new_inbox()
+        self.batch, self.expires, self.heartbeat = batch, expires, heartbeat
+        self._pending_bytes_limit = pending_bytes_limit
         self._sub: Any = None
+        self._buf: collections.deque[Msg] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._credit = 0  # messages asked for and not yet delivered or given back
+        self._deadline = 0.0  # by then every outstanding request has ended, one way or another
+        self._last_heard = 0.0  # last message or status from the server on our inbox
+        self._reconnects = 0
+        self._error: PullError | None = None
+        self.requests = 0  # pull requests sent, for tests and benchmarks
 
     async def start(self) -> Puller:
-        self._sub = await self.nc.subscribe(self.inbox)
+        kw = {} if self._pending_bytes_limit is None else {"pending_bytes_limit": self._pending_bytes_limit}
+        self._sub = await self.nc.subscribe(self.inbox, cb=self._on_msg, **kw)
+        self._reconnects = self.nc.stats["reconnects"]
         return self
 
-    async def stop(self) -> None:
+    async def stop(self) -> list[Msg]:
+        """Stop receiving; returns the messages delivered to us that no caller took yet."""
         if self._sub is not None:
-            await self._sub.unsubscribe()
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
             self._sub = None
+        left = list(self._buf)
+        self._buf.clear()
+        self._credit = 0
+        return left
 
-    async def _request(self, batch: int, *, no_wait: bool, expires: float | None = None) -> None:
-        req: dict[str, Any] = {"batch": batch}
-        if no_wait:
-            req["no_wait"] = True
-        if expires:
-            req["expires"] = int(expires * 1e9)
-        await self.nc.publish(self.subject, json.dumps(req).encode(), reply=self.inbox)
+    async def _on_msg(self, msg: Msg) -> None:
+        loop = asyncio.get_running_loop()
+        self._last_heard = loop.time()
+        headers = msg.headers
+        status = headers.get("Status") if headers else None
+        if status is None:
+            self._credit = max(self._credit - 1, 0)
+            self._buf.append(msg)
+        elif status != _HEARTBEAT:
+            pending = headers.get("Nats-Pending-Messages")
+            # without the count (an old server, a deleted consumer) nothing is known: start from zero
+            self._credit = max(self._credit - int(pending), 0) if pending is not None else 0
+            if status not in _ENDED:
+                # nats-py keys the description with its Header enum, not a plain string
+                desc = next((v for k, v in headers.items() if getattr(k, "value", k) == "Description"), "")
+                self._error = PullError(f"pull request on {self.subject} ended with {status} {desc}".strip())
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
-    async def _next(self, timeout: float) -> Msg | None:
-        try:
-            return await self._sub.next_msg(timeout=timeout)
-        except TimeoutError:
-            return None
+    def _check_lost(self, now: float) -> None:
+        """Requests the server no longer has cannot deliver: forget their credit."""
+        if not self._credit:
+            return
+        reconnects = self.nc.stats["reconnects"]
+        if (
+            reconnects != self._reconnects
+            or now > self._deadline
+            or now - self._last_heard > 2.5 * self.heartbeat
+        ):
+            self._reconnects = reconnects
+            self._credit = 0
 
-    def _queued(self) -> list[Msg]:
-        q = self._sub._pending_queue
-        out = []
-        while not q.empty():
-            out.append(q.get_nowait())
-        return out
-
-    @staticmethod
-    def _status(msg: Msg) -> str | None:
-        return (msg.headers or {}).get("Status") if msg.headers else None
+    async def _top_up(self, room: int, now: float) -> None:
+        target = min(room, self.batch)
+        want = target - self._credit - len(self._buf)
+        if want <= 0 or (self._credit and want < max(1, target // 2)):
+            return
+        req = {"batch": want, "expires": int(self.expires * 1e9), "idle_heartbeat": int(self.heartbeat * 1e9)}
+        self._credit += want
+        self._deadline = now + self.expires + self.heartbeat
+        if self.requests == 0 or self._last_heard < now - self.heartbeat:
+            self._last_heard = now  # the heartbeat clock starts with the first request after a silence
+        self.requests += 1
+        await self.nc.publish(self.subject, dumps(req), reply=self.inbox)
 
     async def fetch(self, max_msgs: int, wait: float = 1.0) -> list[Msg]:
-        """Between 1 and ``max_msgs`` messages, or [] after about ``wait`` seconds of nothing."""
-        got = [m for m in self._queued() if self._status(m) is None][:max_msgs]
-        if len(got) < max_msgs:
-            got += await self._drain(max_msgs - len(got))
-        if got:
-            return got
-        await self._request(1, no_wait=False, expires=wait)
-        deadline = asyncio.get_running_loop().time() + wait + 0.5
-        while True:
-            left = deadline - asyncio.get_running_loop().time()
+        """Between 1 and ``max_msgs`` messages, or [] after ``wait`` seconds without any.
+
+        ``max_msgs`` is the caller's room: credit is only asked for up to it.
+        """
+        loop = asyncio.get_running_loop()
+        end = loop.time() + wait
+        while not self._buf:
+            if self._error is not None:
+                err, self._error = self._error, None
+                raise err
+            now = loop.time()
+            self._check_lost(now)
+            await self._top_up(max_msgs, now)
+            left = end - now
             if left <= 0:
                 return []
-            msg = await self._next(left)
-            if msg is None:
-                return []
-            status = self._status(msg)
-            if status is None:
-                got = [msg]
-                break
-            if status in _NO_MESSAGES:
-                return []
-            # 100 = heartbeat; keep waiting
-        if max_msgs > 1:
-            got += await self._drain(max_msgs - 1)
-        return got
-
-    async def _drain(self, n: int) -> list[Msg]:
-        """Whatever is available now, up to ``n``: the server answers no_wait with a status."""
-        await self._request(n, no_wait=True)
-        out: list[Msg] = []
-        while len(out) < n:
-            msg = await self._next(5.0)
-            if msg is None:
-                break
-            status = self._status(msg)
-            if status is None:
-                out.append(msg)
-            elif status in _NO_MESSAGES:
-                break
+            self._waiter = loop.create_future()
+            try:
+                await asyncio.wait_for(self._waiter, min(left, self.heartbeat))
+            except TimeoutError:
+                pass
+            finally:
+                self._waiter = None
+        n = min(max_msgs, len(self._buf))
+        out = [self._buf.popleft() for _ in range(n)]
+        await self._top_up(max_msgs - n, loop.time())
         return out
