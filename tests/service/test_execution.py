@@ -8,6 +8,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events
@@ -136,3 +137,62 @@ workflow:
 async def test_workbook_template_spec_applies_and_is_not_rendered(nc, services) -> None:  # type: ignore[no-untyped-def]
     out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": WORKBOOK_SPEC}, timeout=30)
     assert out["status"] == "success" and out["ctx"] == {"timed_out": True}
+
+
+SNAPSHOTTING_LOOP = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: snapshots, path: tests/snapshots}
+workflow:
+  - step: start
+    next: {arcs: [{step: work}]}
+  - step: work
+    loop: {in: "{{ range(6) | list }}", iterator: item, spec: {mode: parallel, max_in_flight: 6}}
+    tool:
+      - {name: a, kind: noop, result: "{{ iter.item }}"}
+      - name: b
+        kind: python
+        code: |
+          import time
+          def main():
+              time.sleep(0.6)
+              return 1
+"""
+
+
+async def _snapshot_count(nc: Any, execution_id: str) -> int:
+    from nats.js.errors import NotFoundError
+
+    try:
+        info = await nc.jetstream().stream_info(
+            s.ITER_STREAM, subjects_filter=f"$KV.{s.ITER_BUCKET}.{execution_id}.>"
+        )
+    except NotFoundError:
+        return 0
+    return len(info.state.subjects or {})
+
+
+async def test_a_finished_loop_leaves_no_iteration_snapshots(nc, services) -> None:  # type: ignore[no-untyped-def]
+    """Each iteration writes a snapshot after task a; the server purges them all when the loop ends."""
+    import asyncio
+
+    from noetl.events.ids import execution_id_for
+
+    rid = uuid.uuid4().hex
+    eid = execution_id_for(rid)
+    request = {"request_id": rid, "playbook": SNAPSHOTTING_LOOP}
+    run = asyncio.create_task(run_and_wait(nc, request, timeout=30))
+    seen = 0
+    for _ in range(50):  # while task b sleeps, every iteration's snapshot is in the bucket
+        seen = max(seen, await _snapshot_count(nc, eid))
+        if seen == 6 or run.done():
+            break
+        await asyncio.sleep(0.05)
+    out = await run
+    assert out["status"] == "success" and out["result"] == [1] * 6
+    assert seen == 6
+    for _ in range(50):
+        if await _snapshot_count(nc, eid) == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert await _snapshot_count(nc, eid) == 0

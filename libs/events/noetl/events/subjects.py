@@ -19,6 +19,7 @@ COMMANDS_FILTER = "noetl.commands.>"
 CANCEL_EVENTS_FILTER = "noetl.events.*.*.execution.cancel.requested"
 
 ITER_BUCKET = "noetl_iter"
+ITER_STREAM = "KV_noetl_iter"
 CATALOG_BUCKET = "noetl_catalog"
 CREDENTIALS_BUCKET = "noetl_credentials"
 SERVER_BUCKET = "noetl_server"
@@ -83,6 +84,11 @@ def parse_event_subject(subject: str) -> tuple[int, str, str]:
 
 def iter_key(execution_id: str, step_run_id: str, index: int) -> str:
     return f"{execution_id}.{step_run_id}.{index}"
+
+
+def iter_snapshots_filter(execution_id: str, step_run_id: str) -> str:
+    """The subjects of one loop run's iteration snapshots in the bucket's stream."""
+    return f"$KV.{ITER_BUCKET}.{execution_id}.{step_run_id}.*"
 
 
 def catalog_digest_key(digest: str) -> str:

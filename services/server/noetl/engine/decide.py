@@ -33,6 +33,8 @@ class Decision:
     commands: list[dict[str, Any]] = field(default_factory=list)
     # (key, bytes) to store in the results object store before the events that refer to them
     objects: list[tuple[str, bytes]] = field(default_factory=list)
+    # step runs of loops that ended: no iteration of theirs runs again, so their snapshots can go
+    ended_loops: list[str] = field(default_factory=list)
 
 
 DEFAULT_PAYLOAD_LIMIT = 65_536
@@ -454,6 +456,7 @@ def _maybe_end_loop(state: ExecutionState, run: RunState, em: _Emitter) -> None:
         return
     step = state.playbook.step(run.step)
     counts = {"total": loop.total, "done": loop.done, "failed": loop.failed}
+    em.out.ended_loops.append(run.run_id)
     if loop.failed and step.failure_mode == "fail_fast":
         err = dict(loop.first_error or {"kind": "iteration_failed"})
         err.setdefault("message", f"an iteration of loop step {run.step} failed")

@@ -146,10 +146,9 @@ class Server:
                 filter_subjects=s.partition_input_filters(partition),
                 deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start else DeliverPolicy.ALL,
                 opt_start_seq=start + 1 if start else None,
-                max_waiting=4,
             ),
         )
-        puller = await Puller(self.nc, s.EVENTS_STREAM, name).start()
+        puller = await Puller(self.nc, s.EVENTS_STREAM, name, batch=BATCH).start()
         try:
             while not self._stopping.is_set():
                 try:
@@ -170,6 +169,7 @@ class Server:
         out: list[tuple[str, bytes, str]] = []
         commands: list[tuple[str, bytes, str]] = []
         objects: list[tuple[str, bytes]] = []
+        ended_loops: list[tuple[str, str]] = []
         last_seq = 0
         for msg in batch:
             last_seq = msg.metadata.sequence.stream
@@ -190,6 +190,7 @@ class Server:
             if decision is None:
                 continue
             objects.extend(decision.objects)
+            ended_loops.extend((event["execution_id"], run_id) for run_id in decision.ended_loops)
             for ev in decision.events:
                 out.append(
                     (s.event_subject(partition, ev["execution_id"], ev["name"]), dumps(ev), ev["event_id"])
@@ -199,6 +200,8 @@ class Server:
         # objects before the events that refer to them; events before commands, so a worker's
         # events always follow the step.scheduled they answer
         await self._until_stored(self._store(objects, out + commands, partition, last_seq))
+        if ended_loops:
+            await self._purge_snapshots(ended_loops)
         self.decided += len(batch)
         for eid in [e for e, st in self.states.items() if st.finished]:
             st = self.states.pop(eid)
@@ -224,6 +227,16 @@ class Server:
             fut.add_done_callback(ignore_result)
 
         return attempt
+
+    async def _purge_snapshots(self, loops: list[tuple[str, str]]) -> None:
+        """One purge per ended loop instead of one per iteration; not awaited: a purge lost to a
+        crash leaves snapshots of finished iterations, which nothing reads again."""
+        pub = await Publisher.of(self.nc)
+        for execution_id, run_id in loops:
+            req = dumps({"filter": s.iter_snapshots_filter(execution_id, run_id)})
+            with contextlib.suppress(Exception):
+                fut = await pub.publish(f"$JS.API.STREAM.PURGE.{s.ITER_STREAM}", req)
+                fut.add_done_callback(ignore_result)
 
     async def _until_stored(self, attempt: Any) -> None:
         """Decisions are made once and have fixed ids: on a NATS outage, publish them again."""

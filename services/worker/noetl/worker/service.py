@@ -4,6 +4,12 @@ A command is held with in-progress acks (the lease) while it runs and acked only
 terminal event is stored. Event ids derive from the command id, so a command that runs again after
 a worker died publishes the same ids and JetStream keeps the first of each. Loop iterations write
 a snapshot to ``noetl_iter`` after every task; a redelivered iteration resumes from it.
+
+A run's events before its terminal one (``step.started``, ``task.*``) are for people and tools,
+not for the engine: they go out without waiting and are confirmed with the terminal event
+(``noetl.events.outbox``). Snapshots go out without waiting too: one lost to a crash only means
+the iteration resumes from an earlier one, which at-least-once task runs allow anyway. The server
+purges a loop's snapshots when the loop ends.
 """
 
 from __future__ import annotations
@@ -27,12 +33,11 @@ from noetl.dsl.model import Playbook
 from noetl.dsl.specmerge import effective_step_spec
 from noetl.events import logs
 from noetl.events import subjects as s
-from noetl.events.bus import confirm, send
 from noetl.events.catalog import Catalog
 from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
-from noetl.events.publisher import Publisher, ignore_result
+from noetl.events.outbox import Outbox
 from noetl.events.puller import Puller
 from noetl.events.streams import ensure_all, ensure_consumer
 from noetl.worker.pipeline import Pipeline, RunResult, Snapshot
@@ -60,16 +65,20 @@ class Worker:
         self.nc, self.js = nc, nc.jetstream()
         self.pool, self.concurrency = pool, concurrency
         self.credentials = credentials
-        self._sem = asyncio.Semaphore(concurrency)
         self._running: set[asyncio.Task[None]] = set()
+        self._slot_freed: asyncio.Future[None] | None = None
+        self._leases: dict[int, Any] = {}  # messages of running commands by id, touched by one ticker
         self._loop_task: asyncio.Task[None] | None = None
+        self._lease_task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._playbooks: dict[str, Playbook] = {}
         self.services: dict[str, Any] = {"js": self.js, "nc": nc}
         self.completed = 0
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._cancelled: dict[str, None] = {}  # execution ids, oldest first
+        # command tasks inside their pipeline run, by execution: what a cancellation interrupts
         self._by_execution: dict[str, set[asyncio.Task[Any]]] = {}
+        self._interrupted: set[asyncio.Task[Any]] = set()
         self._cancel_sub: Any = None
 
     async def start(self) -> None:
@@ -84,6 +93,7 @@ class Worker:
         import noetl.worker.tools  # noqa: F401  (registers the kinds)
 
         self._cancel_sub = await self.nc.subscribe(s.CANCEL_EVENTS_FILTER, cb=self._on_cancel)
+        self._lease_task = asyncio.create_task(self._lease_loop(), name=f"noetl-leases-{self.pool}")
         self._loop_task = asyncio.create_task(self._pull_loop(), name=f"noetl-worker-{self.pool}")
 
     async def stop(self, drain: bool = True) -> None:
@@ -100,6 +110,10 @@ class Worker:
             await asyncio.gather(*self._running, return_exceptions=True)
         for t in list(self._running):
             t.cancel()
+        if self._lease_task:
+            self._lease_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._lease_task
         from noetl.worker.tools import close_all
 
         with contextlib.suppress(Exception):
@@ -123,14 +137,22 @@ class Worker:
         try:
             await self._pull(puller)
         finally:
-            with contextlib.suppress(Exception):
-                await puller.stop()
+            # commands delivered to us and not started: back to the pool now, not after the lease
+            for m in await puller.stop():
+                with contextlib.suppress(Exception):
+                    await m.nak()
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        if self._slot_freed is not None and not self._slot_freed.done():
+            self._slot_freed.set_result(None)
 
     async def _pull(self, puller: Puller) -> None:
         while not self._stopping.is_set():
             free = self.concurrency - len(self._running)
             if free <= 0:
-                await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
+                self._slot_freed = asyncio.get_running_loop().create_future()
+                await self._slot_freed
                 continue
             try:
                 msgs = await puller.fetch(min(free, 64), wait=1.0)
@@ -143,13 +165,15 @@ class Worker:
             for m in msgs:
                 t = asyncio.create_task(self._handle(m))
                 self._running.add(t)
-                t.add_done_callback(self._running.discard)
+                t.add_done_callback(self._done)
 
-    async def _lease(self, msg: Any) -> None:
+    async def _lease_loop(self) -> None:
+        """One ticker for every running command instead of a timer each: in-progress acks."""
         while True:
             await asyncio.sleep(ACK_WAIT / 3)
-            with contextlib.suppress(Exception):
-                await msg.in_progress()
+            for msg in list(self._leases.values()):
+                with contextlib.suppress(Exception):
+                    await msg.in_progress()
 
     async def _on_cancel(self, msg: Any) -> None:
         """Stop this execution's running commands; its later commands end at once as cancelled."""
@@ -161,10 +185,12 @@ class Worker:
         while len(self._cancelled) > _CANCELLED_KEEP:
             del self._cancelled[next(iter(self._cancelled))]
         for task in list(self._by_execution.get(execution_id, ())):
-            task.cancel()
+            if task not in self._interrupted:
+                self._interrupted.add(task)
+                task.cancel()
 
     async def _handle(self, msg: Any) -> None:
-        lease = asyncio.create_task(self._lease(msg))
+        self._leases[id(msg)] = msg
         try:
             cmd = loads(msg.data)
             if msg.metadata.num_delivered >= MAX_DELIVER and MAX_DELIVER > 1:
@@ -180,7 +206,7 @@ class Worker:
             with contextlib.suppress(Exception):
                 await msg.nak(delay=1)
         finally:
-            lease.cancel()
+            self._leases.pop(id(msg), None)
 
     async def _worker_lost(self, cmd: dict[str, Any], delivered: int) -> None:
         err = {
@@ -193,13 +219,9 @@ class Worker:
         await self._publish_terminal(cmd, False, {"result": None, "ctx_patches": [], "error": err})
 
     async def _publish_terminal(
-        self,
-        cmd: dict[str, Any],
-        ok: bool,
-        payload: dict[str, Any],
-        before: list[asyncio.Future[Any]] | None = None,
+        self, cmd: dict[str, Any], ok: bool, payload: dict[str, Any], outbox: Outbox | None = None
     ) -> None:
-        """The terminal event, after (and confirmed together with) the run's earlier events."""
+        """The terminal event; its ack also confirms the run's earlier events in ``outbox``."""
         index = cmd.get("index")
         if index is None:
             name, entity = ("step.done" if ok else "step.failed"), "step"
@@ -237,7 +259,7 @@ class Worker:
             trace_id=cmd.get("trace_id"),
         )
         subject = s.event_subject(int(cmd.get("partition") or 0), exec_id, name)
-        await confirm([*(before or []), *await send(self.js, [(subject, dumps(ev), ev["event_id"])])])
+        await (outbox or Outbox(self.nc)).send(subject, dumps(ev), ev["event_id"], confirm=True)
 
     async def _playbook(self, digest: str) -> Playbook:
         pb = self._playbooks.get(digest)
@@ -260,32 +282,32 @@ class Worker:
     async def _run_pipeline(
         self, execution_id: str, pipe: Pipeline, snapshot: Snapshot | None, iter_: dict[str, Any] | None
     ) -> RunResult:
-        cancelled = RunResult(
-            ok=False,
-            error={"kind": "cancelled", "retryable": False, "message": "the execution was cancelled"},
-        )
+        """Run in this command's own task; a cancellation of the execution interrupts it here."""
         if execution_id in self._cancelled:
-            return cancelled
-        task = asyncio.create_task(pipe.run(snapshot, iter_))
+            return _cancelled()
+        task = asyncio.current_task()
+        assert task is not None
         running = self._by_execution.setdefault(execution_id, set())
         running.add(task)
         try:
-            return await task
+            return await pipe.run(snapshot, iter_)
         except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if execution_id in self._cancelled and not (current and current.cancelling()):
-                return cancelled
-            task.cancel()
+            # ours (the execution was cancelled) and nobody else's, e.g. not a shutdown's
+            if task in self._interrupted and task.cancelling() == 1:
+                task.uncancel()
+                return _cancelled()
             raise
         finally:
+            self._interrupted.discard(task)
             running.discard(task)
             if not running:
                 self._by_execution.pop(execution_id, None)
 
     async def _run_command(self, cmd: dict[str, Any], msg: Any) -> None:
-        with logs.bound(execution_id=cmd.get("execution_id"), step=cmd.get("step"), index=cmd.get("index")):
-            await self._run_bound(cmd, msg)
-            log.debug("command done")
+        # each command runs in a task of its own, so these bindings end with it
+        logs.bind(execution_id=cmd.get("execution_id"), step=cmd.get("step"), index=cmd.get("index"))
+        await self._run_bound(cmd, msg)
+        log.debug("command done")
 
     async def _run_bound(self, cmd: dict[str, Any], msg: Any) -> None:
         playbook = await self._playbook(cmd["playbook_digest"])
@@ -309,9 +331,9 @@ class Worker:
         partition = int(cmd.get("partition") or 0)
         limits = (effective_step_spec(playbook, step).get("policy") or {}).get("limits") or {}
         limit = int(limits.get("max_payload_bytes", 65_536))
-        pending: list[tuple[str, bytes, str]] = []
+        outbox = Outbox(self.nc)
 
-        def event(
+        async def event(
             name: str,
             entity_type: str,
             entity_id: str,
@@ -320,6 +342,7 @@ class Worker:
             eid: str,
             task_run_id: str | None = None,
         ) -> None:
+            """Sent now (followers see a long task start), confirmed with the terminal event."""
             ev = make_event(
                 event_id=eid,
                 timestamp=_now(),
@@ -332,22 +355,14 @@ class Worker:
                 task_run_id=task_run_id,
                 **base,
             )
-            pending.append((s.event_subject(partition, exec_id, name), dumps(ev), eid))
-
-        inflight: list[asyncio.Future[Any]] = []
-
-        async def flush() -> None:
-            """Send now, confirm with the terminal event: one wait per command, not per event."""
-            if pending:
-                inflight.extend(await send(self.js, pending))
-                pending.clear()
+            await outbox.send(s.event_subject(partition, exec_id, name), dumps(ev), eid)
 
         key_base = f"{exec_id}/{run_id}/{index if index is not None else 's'}"
 
         async def emit(name: str, task: Any, n: int, data: dict[str, Any]) -> None:
             trid = derive_id(cid, task.name, n)
             if name == "task.started":
-                event(
+                await event(
                     name,
                     "task",
                     task.name,
@@ -362,7 +377,7 @@ class Worker:
                     outcome["result"] = await externalize(
                         self.js, masker.mask(outcome["result"]), f"{key_base}/{task.name}/{n}", limit
                     )
-                event(
+                await event(
                     name,
                     "task",
                     task.name,
@@ -371,7 +386,6 @@ class Worker:
                     derive_id(cid, "task.done", n),
                     trid,
                 )
-            await flush()  # sent now (followers see a long task start), confirmed with the terminal event
 
         ikey = s.iter_key(exec_id, run_id, index) if index is not None else None
         snapshot: Snapshot | None = None
@@ -382,19 +396,12 @@ class Worker:
                 if e.value:
                     snapshot = Snapshot.from_dict(loads(e.value))
 
-        wrote = snapshot is not None
-
         async def checkpoint(snap: Snapshot) -> None:
-            nonlocal wrote
-            if ikey is not None:
-                pub = await Publisher.of(self.nc)  # a KV put is a publish to $KV.<bucket>.<key>
-                await confirm(
-                    [await pub.publish(f"$KV.{s.ITER_BUCKET}.{ikey}", dumps(masker.mask(snap.to_dict())))]
-                )
-                wrote = True
+            if ikey is not None:  # a KV put is a publish to $KV.<bucket>.<key>
+                await self.nc.publish(f"$KV.{s.ITER_BUCKET}.{ikey}", dumps(masker.mask(snap.to_dict())))
 
         if index is None:
-            event(
+            await event(
                 "step.started",
                 "step",
                 step.name,
@@ -421,13 +428,10 @@ class Worker:
         payload: dict[str, Any] = {"result": result, "ctx_patches": masker.mask(res.ctx_patches)}
         if not res.ok:
             payload["error"] = masker.mask(res.error)
-        await flush()
-        await self._publish_terminal(cmd, res.ok, payload, inflight)
-        if ikey is not None and wrote:
-            # not awaited: a purge lost to a crash leaves a snapshot of a finished iteration, which
-            # nothing reads again
-            with contextlib.suppress(Exception):
-                fut = await (await Publisher.of(self.nc)).publish(
-                    f"$KV.{s.ITER_BUCKET}.{ikey}", b"", {"KV-Operation": "PURGE", "Nats-Rollup": "sub"}
-                )
-                fut.add_done_callback(ignore_result)
+        await self._publish_terminal(cmd, res.ok, payload, outbox)
+
+
+def _cancelled() -> RunResult:
+    return RunResult(
+        ok=False, error={"kind": "cancelled", "retryable": False, "message": "the execution was cancelled"}
+    )
