@@ -82,6 +82,7 @@ class RuntimeRegistrar:
         self.started_at = datetime.now(UTC).isoformat()
         self._kv: KeyValue | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
 
     def entry(self) -> dict[str, Any]:
         info = {
@@ -108,7 +109,9 @@ class RuntimeRegistrar:
         self._task = asyncio.create_task(self._loop(), name=f"noetl-runtime-{self.key}")
 
     async def _loop(self) -> None:
-        while True:
+        # a flag as well as the cancel: Python 3.11's wait_for (inside nats-py's request) can swallow
+        # a cancellation that lands as its reply arrives, and the loop would then beat forever
+        while not self._stopped:
             await asyncio.sleep(self.interval)
             try:
                 await self.beat()
@@ -117,6 +120,7 @@ class RuntimeRegistrar:
 
     async def stop(self, *, deregister: bool = True) -> None:
         """Stop beating; ``deregister=False`` leaves the entry to expire, as a killed process would."""
+        self._stopped = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
