@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -14,6 +15,7 @@ from noetl.events.credentials import CredentialStore, generate_key
 from noetl.events.runtime import RuntimeRegistrar
 from noetl.server.api import ApiServer
 from noetl.server.api.audit import AUDIT_STREAM, CREDENTIALS_AUDIT_SUBJECT
+from noetl.server.api.launch import start_operations
 from noetl.server.service import Server
 from noetl.worker.service import Worker
 
@@ -69,11 +71,15 @@ async def stack(nc) -> AsyncIterator[dict[str, Any]]:  # type: ignore[no-untyped
         nc, server.requests, server.catalog, creds, host="127.0.0.1", port=0, token=TOKEN, admin_token=ADMIN
     )
     await api.start()
+    server.observer = api.collector.observe  # as start_operations wires them
+    worker_ops = await start_operations(nc, "worker", worker, heartbeat=0.2, ttl=2.0)
     auth = {"Authorization": f"Bearer {TOKEN}"}
     async with httpx.AsyncClient(base_url=api.url, headers=auth, timeout=30) as http:
         try:
-            yield {"http": http, "api": api, "nc": nc}
+            assert worker_ops.registrar is not None
+            yield {"http": http, "api": api, "nc": nc, "worker_id": worker_ops.registrar.id}
         finally:
+            await worker_ops.stop()
             await api.stop()
             await worker.stop(drain=False)
             await server.stop()
@@ -297,14 +303,16 @@ async def test_metrics_count_executions_durations_and_queues(stack) -> None:  # 
         eid = (await http.post("/api/executions", json={"playbook": CHAIN})).json()["execution_id"]
         await sse_events(http, eid)
         text = ""
-        for _ in range(200):  # the collector reads the same events asynchronously: wait until it has
+        worker_id = stack["worker_id"]
+        for _ in range(200):  # executions are folded and task durations sent by heartbeat: wait
             text = (await anon.get("/metrics")).text
-            if metric(text, "noetl_task_duration_seconds_count", status="ok") >= 1:
+            if metric(text, "noetl_task_duration_seconds_count", status="ok", worker=worker_id) >= 1:
                 break
+            await asyncio.sleep(0.05)
     assert metric(text, "noetl_executions", status="success") >= 1
     assert metric(text, "noetl_step_duration_seconds_count", status="done") >= 1
     assert "# TYPE noetl_task_duration_seconds histogram" in text
-    assert 'noetl_task_duration_seconds_bucket{le="+Inf",status="ok"}' in text
+    assert f'noetl_task_duration_seconds_bucket{{le="+Inf",status="ok",worker="{worker_id}"}}' in text
     assert "noetl_commands_in_flight " in text
     assert 'noetl_consumer_pending{consumer="noetl-worker-default",stream="NOETL_COMMANDS"}' in text
     assert 'noetl_consumer_pending{consumer="noetl-server-requests",stream="NOETL_REQUESTS"}' in text

@@ -1,23 +1,25 @@
-"""Publishing the messages of one run in order, confirmed by the acknowledgement of the last.
+"""Publishing messages in order, with acknowledgements only where they prove something.
 
 A JetStream publish with a reply subject costs the client and nats-server an acknowledgement
 message each. For messages going to one stream over one connection that is more than needed:
-nats-server reads a connection's messages in order and a stream stores its inbound messages
-in order, so when a later message's ack arrives, every earlier one of ours has been through the
-stream. Here only every ``confirm_every``-th message and the one a caller marks ``confirm``
-carry a reply; the others go out plain and are kept until a later ack covers them.
+nats-server reads a connection's messages in order and a stream stores its inbound messages in
+order, so when a later message's ack arrives, every earlier one of ours to that stream has been
+through it. Here a message carries a reply only when the caller asks (``ack=True``: the last of a
+run or batch per stream, and messages someone waits for) or after ``confirm_every`` plain ones;
+``confirm()`` waits for those acks.
 
-Only a broken connection can lose a message in between. That shows as a reconnect, and then
-everything not yet confirmed is published again, acknowledged one by one, under the same
-``Nats-Msg-Id`` so the stream keeps one copy. The one gap left is a clustered stream losing its
-leader between two of our messages. Use this only for messages whose loss no decision depends on
-(docs/guarantees.md): a worker's ``step.started``/``task.*`` events before its terminal event,
-which is confirmed.
+Only a broken connection can lose a plain message before a later ack. That shows as a reconnect,
+and then everything sent since the last confirmation is published again, acknowledged one by one,
+under the same ``Nats-Msg-Id`` so the stream keeps one copy. The one gap left is a clustered
+stream losing its leader between two of our messages, so only messages whose loss no decision
+depends on go plain (docs/guarantees.md): a worker's ``step.started``/``task.*`` events before
+its terminal event, the server's events other than the ones clients wait for.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from nats.aio.client import Client as NATS
 
@@ -26,32 +28,42 @@ from noetl.events.publisher import Publisher
 
 
 class Outbox:
-    def __init__(self, nc: NATS, *, confirm_every: int = 64, timeout: float = 10.0) -> None:
+    def __init__(self, nc: NATS, *, confirm_every: int | None = 64, timeout: float = 10.0) -> None:
         self.nc = nc
         self.confirm_every, self.timeout = confirm_every, timeout
-        self._unconfirmed: list[tuple[str, bytes, str]] = []
+        self._sent: list[tuple[str, bytes, str]] = []
+        self._acks: list[asyncio.Future[Any]] = []
+        self._plain = 0  # plain messages since the last one with a reply
         self._reconnects = 0
 
-    async def send(self, subject: str, data: bytes, msg_id: str, *, confirm: bool = False) -> None:
-        """Publish now; with ``confirm`` (or every ``confirm_every`` messages) wait until stored."""
-        if not self._unconfirmed:
+    async def send(self, subject: str, data: bytes, msg_id: str, *, ack: bool = False) -> None:
+        """Publish now; ``ack`` asks for an acknowledgement, which ``confirm()`` waits for."""
+        if not self._sent:
             self._reconnects = self.nc.stats["reconnects"]
-        self._unconfirmed.append((subject, data, msg_id))
-        if confirm or len(self._unconfirmed) >= self.confirm_every:
-            await self._confirm()
+        self._sent.append((subject, data, msg_id))
+        headers = {"Nats-Msg-Id": msg_id}
+        bound = self.confirm_every is not None and self._plain >= self.confirm_every
+        if ack or bound:
+            self._acks.append(await (await Publisher.of(self.nc)).publish(subject, data, headers))
+            self._plain = 0
+            if bound and not ack:
+                await self.confirm()  # a long run does not keep every message it sent
         else:
-            await self.nc.publish(subject, data, headers={"Nats-Msg-Id": msg_id})
+            await self.nc.publish(subject, data, headers=headers)
+            self._plain += 1
 
-    async def _confirm(self) -> None:
-        pub = await Publisher.of(self.nc)
-        subject, data, msg_id = self._unconfirmed[-1]
-        fut = await pub.publish(subject, data, {"Nats-Msg-Id": msg_id})
+    async def confirm(self) -> None:
+        """Every message sent so far is stored, or this raises (the caller retries the work)."""
+        if not self._sent:
+            return
         try:
-            await asyncio.wait_for(fut, self.timeout)
+            await asyncio.wait_for(asyncio.gather(*self._acks), self.timeout)
+            lost = self.nc.stats["reconnects"] != self._reconnects
         except Exception:
-            # a lost ack or a refused message: settle each one (raises when one cannot be stored)
-            await publish_all(self.nc.jetstream(), self._unconfirmed, self.timeout)
-        else:
-            if self.nc.stats["reconnects"] != self._reconnects:
-                await publish_all(self.nc.jetstream(), self._unconfirmed, self.timeout)
-        self._unconfirmed.clear()
+            for f in self._acks:
+                f.cancel()
+            lost = True  # a lost ack or a refused message: settle each one
+        if lost:
+            await publish_all(self.nc.jetstream(), self._sent, self.timeout)
+        self._sent.clear()
+        self._acks.clear()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from nats.aio.client import Client as NATS
@@ -22,9 +23,10 @@ from nats.js.errors import KeyNotFoundError, NotFoundError
 from noetl.engine import ExecutionState, decide, is_input, new_state
 from noetl.engine.fold import replay
 from noetl.events import subjects as s
-from noetl.events.bus import publish_all, read_messages
+from noetl.events.bus import read_messages
 from noetl.events.catalog import Catalog
 from noetl.events.envelope import dumps, loads
+from noetl.events.outbox import Outbox
 from noetl.events.publisher import Publisher, ignore_result
 from noetl.events.puller import Puller
 from noetl.events.streams import ensure_all, ensure_consumer
@@ -33,6 +35,8 @@ from noetl.server.requests import RequestHandler
 log = logging.getLogger("noetl.server")
 
 BATCH = 256
+# events someone waits for (clients follow an execution to its end): acknowledged one by one
+_WAITED_FOR = frozenset({"workflow.finished", "playbook.processed"})
 
 
 class Server:
@@ -48,6 +52,8 @@ class Server:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self.decided = 0
+        # sees every input the engine decides on and every event it writes (metrics)
+        self.observer: Callable[[dict[str, Any]], None] | None = None
 
     async def start(self) -> None:
         await ensure_all(self.js)
@@ -166,7 +172,7 @@ class Server:
                 await puller.stop()
 
     async def _process_batch(self, partition: int, batch: list[Any]) -> None:
-        out: list[tuple[str, bytes, str]] = []
+        out: list[tuple[str, bytes, str, bool]] = []
         commands: list[tuple[str, bytes, str]] = []
         objects: list[tuple[str, bytes]] = []
         ended_loops: list[tuple[str, str]] = []
@@ -189,17 +195,20 @@ class Server:
                 continue
             if decision is None:
                 continue
+            if self.observer is not None:
+                self.observer(event)
+                for ev in decision.events:
+                    self.observer(ev)
             objects.extend(decision.objects)
             ended_loops.extend((event["execution_id"], run_id) for run_id in decision.ended_loops)
             for ev in decision.events:
-                out.append(
-                    (s.event_subject(partition, ev["execution_id"], ev["name"]), dumps(ev), ev["event_id"])
-                )
+                subject = s.event_subject(partition, ev["execution_id"], ev["name"])
+                out.append((subject, dumps(ev), ev["event_id"], ev["name"] in _WAITED_FOR))
             for cmd in decision.commands:
                 commands.append((s.command_subject(cmd["pool"]), dumps(cmd), cmd["command_id"]))
         # objects before the events that refer to them; events before commands, so a worker's
         # events always follow the step.scheduled they answer
-        await self._until_stored(self._store(objects, out + commands, partition, last_seq))
+        await self._until_stored(self._store(objects, out, commands, partition, last_seq))
         if ended_loops:
             await self._purge_snapshots(ended_loops)
         self.decided += len(batch)
@@ -211,14 +220,28 @@ class Server:
             )
 
     def _store(
-        self, objects: list[tuple[str, bytes]], msgs: list[tuple[str, bytes, str]], partition: int, seq: int
+        self,
+        objects: list[tuple[str, bytes]],
+        events: list[tuple[str, bytes, str, bool]],
+        commands: list[tuple[str, bytes, str]],
+        partition: int,
+        seq: int,
     ) -> Any:
+        """Events ride on the ack of the batch's last one (``Outbox``), except those clients wait
+        for; every command is acknowledged on its own, as a lost one would stall its execution."""
+
         async def attempt() -> None:
             if objects:
                 obs = await self.js.object_store(s.RESULTS_BUCKET)
                 for key, data in objects:
                     await obs.put(key, data)
-            await publish_all(self.js, msgs)
+            outbox = Outbox(self.nc, confirm_every=None)
+            last = len(events) - 1
+            for i, (subject, data, msg_id, waited_for) in enumerate(events):
+                await outbox.send(subject, data, msg_id, ack=waited_for or i == last)
+            for subject, data, msg_id in commands:
+                await outbox.send(subject, data, msg_id, ack=True)
+            await outbox.confirm()
             # the checkpoint moves only after the decisions are stored; its own ack is not awaited:
             # a lost checkpoint costs a few harmless re-decisions after a restart, not correctness
             fut = await (await Publisher.of(self.nc)).publish(

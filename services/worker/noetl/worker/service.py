@@ -35,6 +35,7 @@ from noetl.events import logs
 from noetl.events import subjects as s
 from noetl.events.catalog import Catalog
 from noetl.events.envelope import dumps, loads, make_event
+from noetl.events.histogram import Histogram
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
 from noetl.events.outbox import Outbox
@@ -70,10 +71,13 @@ class Worker:
         self._leases: dict[int, Any] = {}  # messages of running commands by id, touched by one ticker
         self._loop_task: asyncio.Task[None] | None = None
         self._lease_task: asyncio.Task[None] | None = None
+        self._leasing = True  # until stop() has drained the running commands
         self._stopping = asyncio.Event()
         self._playbooks: dict[str, Playbook] = {}
         self.services: dict[str, Any] = {"js": self.js, "nc": nc}
         self.completed = 0
+        # task run durations by outcome status, reported with the runtime heartbeat (/metrics)
+        self.task_durations: dict[str, Histogram] = {}
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._cancelled: dict[str, None] = {}  # execution ids, oldest first
         # command tasks inside their pipeline run, by execution: what a cancellation interrupts
@@ -110,6 +114,7 @@ class Worker:
             await asyncio.gather(*self._running, return_exceptions=True)
         for t in list(self._running):
             t.cancel()
+        self._leasing = False
         if self._lease_task:
             self._lease_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -169,7 +174,7 @@ class Worker:
 
     async def _lease_loop(self) -> None:
         """One ticker for every running command instead of a timer each: in-progress acks."""
-        while True:
+        while self._leasing:  # a flag, not only the cancel: see RuntimeRegistrar._loop
             await asyncio.sleep(ACK_WAIT / 3)
             for msg in list(self._leases.values()):
                 with contextlib.suppress(Exception):
@@ -259,7 +264,9 @@ class Worker:
             trace_id=cmd.get("trace_id"),
         )
         subject = s.event_subject(int(cmd.get("partition") or 0), exec_id, name)
-        await (outbox or Outbox(self.nc)).send(subject, dumps(ev), ev["event_id"], confirm=True)
+        outbox = outbox or Outbox(self.nc)
+        await outbox.send(subject, dumps(ev), ev["event_id"], ack=True)
+        await outbox.confirm()
 
     async def _playbook(self, digest: str) -> Playbook:
         pb = self._playbooks.get(digest)
@@ -372,6 +379,10 @@ class Worker:
                     trid,
                 )
             else:
+                status = str(data.get("status"))
+                ms = (data.get("meta") or {}).get("duration_ms")
+                if isinstance(ms, int | float):
+                    self.task_durations.setdefault(status, Histogram()).observe(max(ms, 0) / 1000.0)
                 outcome = dict(data)
                 if "result" in outcome:
                     outcome["result"] = await externalize(
@@ -381,7 +392,7 @@ class Worker:
                     name,
                     "task",
                     task.name,
-                    "success" if data.get("status") == "ok" else "error",
+                    "success" if status == "ok" else "error",
                     {"task": task.name, "outcome": outcome},
                     derive_id(cid, "task.done", n),
                     trid,

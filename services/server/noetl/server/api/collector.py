@@ -1,9 +1,10 @@
-"""Feeds ``Metrics`` from the event log with two ordered consumers.
+"""Feeds ``Metrics``: executions from the event log, step durations from the server's own work.
 
-Executions are folded from the start of the stream (counts agree across replicas and restarts)
-and read only the two events that carry an execution's status. Durations are read from now on:
-replaying every ``task.done`` ever stored at each start would cost more than the numbers are
-worth, and histograms restart with the process anyway.
+Executions are folded from the start of the stream by one ordered consumer (counts agree across
+replicas and restarts) that reads only the two events carrying an execution's status. Step
+durations are observed as the server handles events (``Server.observer``): the events it already
+reads and writes, not a second copy of the stream, which used to cost the server as many
+messages again as its real work. Task durations come from the workers' heartbeats (``ops``).
 """
 
 from __future__ import annotations
@@ -24,9 +25,7 @@ from noetl.server.api.queries import FINISHED_FILTER, REQUESTED_FILTER
 
 log = logging.getLogger("noetl.server.api")
 
-_STEP_START = ("step.started", "loop.started")
 _STEP_END = {"step.done": "done", "loop.done": "done", "step.failed": "failed"}
-DURATION_FILTERS = [f"noetl.events.*.*.{n}" for n in (*_STEP_START, *_STEP_END, "task.done")]
 _MAX_OPEN_STEPS = 100_000
 
 
@@ -40,27 +39,21 @@ def _ts(text: Any) -> float | None:
 class MetricsCollector:
     def __init__(self, nc: NATS, metrics: Metrics) -> None:
         self.nc, self.metrics = nc, metrics
-        self._subs: list[Any] = []
+        self._sub: Any = None
         self._open_steps: OrderedDict[str, float] = OrderedDict()
 
     async def start(self) -> None:
-        js = self.nc.jetstream()
-        for filters, policy, cb in (
-            ([REQUESTED_FILTER, FINISHED_FILTER], DeliverPolicy.ALL, self._on_execution),
-            (DURATION_FILTERS, DeliverPolicy.NEW, self._on_duration),
-        ):
-            cfg = ConsumerConfig(filter_subjects=filters, deliver_policy=policy)
-            self._subs.append(
-                await js.subscribe(
-                    s.EVENTS_FILTER, stream=s.EVENTS_STREAM, cb=cb, ordered_consumer=True, config=cfg
-                )
-            )
+        filters = [REQUESTED_FILTER, FINISHED_FILTER]
+        cfg = ConsumerConfig(filter_subjects=filters, deliver_policy=DeliverPolicy.ALL)
+        self._sub = await self.nc.jetstream().subscribe(
+            s.EVENTS_FILTER, stream=s.EVENTS_STREAM, cb=self._on_execution, ordered_consumer=True, config=cfg
+        )
 
     async def stop(self) -> None:
-        for sub in self._subs:
+        if self._sub is not None:
             with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-        self._subs.clear()
+                await self._sub.unsubscribe()
+            self._sub = None
 
     async def _on_execution(self, msg: Any) -> None:
         try:
@@ -73,22 +66,15 @@ class MetricsCollector:
         elif name == "workflow.finished":
             self.metrics.execution_finished(eid, str((ev.get("payload") or {}).get("status", "unknown")))
 
-    async def _on_duration(self, msg: Any) -> None:
-        try:
-            ev = loads(msg.data)
-            name = ev["name"]
-        except (ValueError, KeyError, TypeError):
-            return
-        if name == "task.done":
-            outcome = (ev.get("payload") or {}).get("outcome") or {}
-            ms = (outcome.get("meta") or {}).get("duration_ms")
-            if isinstance(ms, int | float):
-                self.metrics.observe_task(str(outcome.get("status", "unknown")), ms / 1000.0)
+    def observe(self, ev: dict[str, Any]) -> None:
+        """An event the server handled or decided: ``step.scheduled`` opens a run, a terminal closes it."""
+        name = ev.get("name")
+        if name != "step.scheduled" and name not in _STEP_END:
             return
         run, at = ev.get("step_run_id"), _ts(ev.get("timestamp"))
         if not run or at is None:
             return
-        if name in _STEP_START:
+        if name == "step.scheduled":
             self._open_steps[run] = at
             while len(self._open_steps) > _MAX_OPEN_STEPS:  # runs whose end we will never see
                 self._open_steps.popitem(last=False)

@@ -48,6 +48,7 @@ def _worker_info(svc: Any) -> dict[str, Any]:
         "concurrency": svc.concurrency,
         "running": len(svc._running),
         "completed": svc.completed,
+        "task_durations": {status: h.to_dict() for status, h in svc.task_durations.items()},
     }
 
 
@@ -71,6 +72,7 @@ async def start_operations(
                 )
                 await ops.api.start()
                 ops.parts.append(ops.api)
+                svc.observer = ops.api.collector.observe
             micro = NatsApiService(nc, svc.requests)
             await micro.start()
             ops.parts.append(micro)

@@ -1,37 +1,23 @@
 """A small metrics registry and its Prometheus text exposition (format 0.0.4), written by hand.
 
-Three kinds of numbers, each from where it is true:
+Four kinds of numbers, each from where it is true:
 - executions by status: folded from the event log (``playbook.execution.requested`` and
   ``workflow.finished`` from the start of the stream), so every replica reports the same totals;
-- step and task durations: histograms of the events this process sees from its start (the usual
-  Prometheus counter semantics: they restart at zero with the process);
+- step durations: a histogram of the step runs this process decided on, from ``step.scheduled``
+  to the run's terminal event (schedule to close), from its start (the usual Prometheus counter
+  semantics: they restart at zero with the process);
+- task durations: each worker's own histogram, sent with its runtime heartbeat and exposed with a
+  ``worker`` label, so a worker that stops leaves its series behind rather than lowering a sum;
 - queue depth and consumer lag: read from JetStream at scrape time (``stream_info`` /
   ``consumers_info``), never kept.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter
-from collections.abc import Iterable
 from typing import Any
 
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-
-
-class Histogram:
-    def __init__(self, buckets: Iterable[float] = DURATION_BUCKETS) -> None:
-        self.buckets = tuple(buckets)
-        self.counts = [0] * (len(self.buckets) + 1)
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.buckets, value)] += 1
-        self.sum += value
-
-    @property
-    def count(self) -> int:
-        return sum(self.counts)
+from noetl.events.histogram import Histogram
 
 
 def _labels(labels: dict[str, Any]) -> str:
@@ -76,7 +62,6 @@ class Metrics:
         self.running: set[str] = set()
         self.finished: Counter[str] = Counter()
         self.step_durations: dict[str, Histogram] = {}
-        self.task_durations: dict[str, Histogram] = {}
         self.http_requests: Counter[tuple[str, str, int]] = Counter()
 
     def execution_requested(self, execution_id: str) -> None:
@@ -89,9 +74,6 @@ class Metrics:
     def observe_step(self, status: str, seconds: float) -> None:
         self.step_durations.setdefault(status, Histogram()).observe(max(seconds, 0.0))
 
-    def observe_task(self, status: str, seconds: float) -> None:
-        self.task_durations.setdefault(status, Histogram()).observe(max(seconds, 0.0))
-
     def observe_http(self, method: str, endpoint: str, code: int, seconds: float) -> None:
         self.http_requests[(method, endpoint, code)] += 1
 
@@ -102,12 +84,14 @@ class Metrics:
         out.sample("noetl_executions", len(self.running), status="running")
         for status, n in sorted(self.finished.items()):
             out.sample("noetl_executions", n, status=status)
-        out.family("noetl_step_duration_seconds", "histogram", "Step run durations (started to terminal).")
+        out.family(
+            "noetl_step_duration_seconds", "histogram", "Step run durations (scheduled to terminal event)."
+        )
         for status, h in sorted(self.step_durations.items()):
             out.histogram("noetl_step_duration_seconds", h, status=status)
-        out.family("noetl_task_duration_seconds", "histogram", "Task run durations reported by workers.")
-        for status, h in sorted(self.task_durations.items()):
-            out.histogram("noetl_task_duration_seconds", h, status=status)
+        out.family("noetl_task_duration_seconds", "histogram", "Task run durations, per live worker.")
+        for worker, status, h in sorted(live.get("task_durations", []), key=lambda x: (x[0], x[1])):
+            out.histogram("noetl_task_duration_seconds", h, status=status, worker=worker)
         out.family("noetl_commands_in_flight", "gauge", "Commands stored in NOETL_COMMANDS, not yet acked.")
         out.sample("noetl_commands_in_flight", live.get("commands_in_flight", 0))
         out.family("noetl_stream_messages", "gauge", "Messages stored per stream.")

@@ -18,6 +18,7 @@ from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
 
 from noetl.events import subjects as s
+from noetl.events.histogram import Histogram
 from noetl.events.runtime import list_runtime
 from noetl.server.api.audit import AUDIT_STREAM
 from noetl.server.api.context import ctx_of
@@ -95,8 +96,20 @@ async def read_live(js: Any) -> dict[str, Any]:
                     }
                 )
     with contextlib.suppress(Exception):
-        live["runtime"] = dict(Counter(str(e.get("role")) for e in await list_runtime(js)))
+        entries = await list_runtime(js)
+        live["runtime"] = dict(Counter(str(e.get("role")) for e in entries))
+        live["task_durations"] = _task_durations(entries)
     return live
+
+
+def _task_durations(entries: list[dict[str, Any]]) -> list[tuple[str, str, Histogram]]:
+    """(worker id, status, histogram) from the live workers' heartbeats; a malformed one is skipped."""
+    out = []
+    for e in entries:
+        for status, d in (e.get("task_durations") or {}).items():
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                out.append((str(e.get("id")), str(status), Histogram.from_dict(d)))
+    return out
 
 
 async def metrics(request: Request) -> Response:

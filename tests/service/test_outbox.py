@@ -1,0 +1,62 @@
+"""Ordered publishing confirmed by later acks, against a real nats-server."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from nats.js.api import StreamConfig
+
+from noetl.events.bus import read_messages
+from noetl.events.outbox import Outbox
+
+
+async def _stream(nc: Any) -> tuple[Any, str]:
+    name = f"OUTBOX_{uuid.uuid4().hex[:8].upper()}"
+    js = nc.jetstream()
+    await js.add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"]))
+    return js, name
+
+
+async def _stored(js: Any, name: str) -> list[Any]:
+    return [data for _, data in await read_messages(js, name, [f"{name.lower()}.>"])]
+
+
+async def test_plain_messages_are_confirmed_by_the_last_ack(nc: Any) -> None:
+    js, name = await _stream(nc)
+    box = Outbox(nc)
+    before = nc.stats["in_msgs"]
+    for i in range(10):
+        await box.send(f"{name.lower()}.e", str(i).encode(), f"m{i}", ack=i == 9)
+    await box.confirm()
+    assert nc.stats["in_msgs"] - before == 1  # one acknowledgement for ten messages
+    assert await _stored(js, name) == list(range(10))
+
+
+async def test_a_reconnect_in_between_publishes_everything_again_once(nc: Any) -> None:
+    js, name = await _stream(nc)
+    box = Outbox(nc)
+    for i in range(5):
+        await box.send(f"{name.lower()}.e", str(i).encode(), f"m{i}")
+    nc.stats["reconnects"] += 1  # as if the connection broke after the plain messages went out
+    try:
+        before = nc.stats["in_msgs"]
+        await box.send(f"{name.lower()}.e", b"5", "m5", ack=True)
+        await box.confirm()
+        assert nc.stats["in_msgs"] - before == 1 + 6  # the last one's ack, then each one again
+    finally:
+        nc.stats["reconnects"] -= 1
+    assert await _stored(js, name) == list(range(6))  # Nats-Msg-Id kept one copy of each
+
+
+async def test_a_long_run_is_confirmed_every_n_messages(nc: Any) -> None:
+    js, name = await _stream(nc)
+    box = Outbox(nc, confirm_every=4)
+    before = nc.stats["in_msgs"]
+    for i in range(10):  # plain 0-3, acked 4, plain 5-8, acked 9
+        await box.send(f"{name.lower()}.e", str(i).encode(), f"m{i}")
+    assert nc.stats["in_msgs"] - before == 2
+    assert len(box._sent) == 0  # what was confirmed is not kept
+    await box.send(f"{name.lower()}.e", b"10", "m10", ack=True)
+    await box.confirm()
+    assert await _stored(js, name) == list(range(11))
