@@ -11,7 +11,7 @@ import hashlib
 
 
 def derive_id(*parts: object) -> str:
-    h = hashlib.blake2b("\x1f".join(str(p) for p in parts).encode(), digest_size=16)
+    h = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=16)
     return h.hexdigest()
 
 

@@ -154,3 +154,25 @@ class Puller:
         out = [self._buf.popleft() for _ in range(n)]
         await self._top_up(max_msgs - n, loop.time())
         return out
+
+
+def _ack_tokens(msg: Msg) -> tuple[list[str], int]:
+    """The ack subject's tokens and the offset of the stream name in them.
+
+    ``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ts>.<pending>``, or with
+    a domain and an account hash before the stream (12 tokens or more). Read directly: nats-py's
+    ``msg.metadata`` builds a whole object with a datetime for the one number a caller wants.
+    """
+    tokens = msg.reply.split(".")
+    return tokens, (2 if len(tokens) == 9 else 4)
+
+
+def delivered(msg: Msg) -> int:
+    """How many times JetStream has delivered this message (1 on the first delivery)."""
+    tokens, at = _ack_tokens(msg)
+    return int(tokens[at + 2])
+
+
+def stream_sequence(msg: Msg) -> int:
+    tokens, at = _ack_tokens(msg)
+    return int(tokens[at + 3])

@@ -17,13 +17,14 @@ import re
 import socket
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BadRequestError, KeyNotFoundError, NoKeysError, NotFoundError
 from nats.js.kv import KeyValue
+
+from noetl.events.clock import utc_now
 
 log = logging.getLogger("noetl.runtime")
 
@@ -79,7 +80,7 @@ class RuntimeRegistrar:
         self.id = _UNSAFE.sub("-", id) if id else process_id()
         self.key = f"{role}.{self.id}"
         self.interval, self.ttl = interval, ttl
-        self.started_at = datetime.now(UTC).isoformat()
+        self.started_at = utc_now()
         self._kv: KeyValue | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
@@ -96,7 +97,7 @@ class RuntimeRegistrar:
             "host": socket.gethostname(),
         }
         info.update(self.info_fn())
-        info["heartbeat_at"] = datetime.now(UTC).isoformat()
+        info["heartbeat_at"] = utc_now()
         return info
 
     async def beat(self) -> None:

@@ -7,9 +7,7 @@ the playbook text, the payload and the list of keychain entries that did not res
 
 from __future__ import annotations
 
-import json
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
 from nats.js import JetStreamContext
@@ -20,17 +18,14 @@ from noetl.dsl.errors import PlaybookInvalidError, RequestInvalidError
 from noetl.events import subjects as s
 from noetl.events.bus import publish_all
 from noetl.events.catalog import Catalog
-from noetl.events.envelope import dumps, make_event
+from noetl.events.clock import utc_now
+from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.ids import derive_id, execution_id_for
 
 log = logging.getLogger("noetl.server")
 
 # below NATS's own 1 MiB message limit, so the limit is ours to report, with a reason
 MAX_REQUEST_BYTES = 512 * 1024
-
-
-def now() -> str:
-    return datetime.now(UTC).isoformat()
 
 
 class RequestHandler:
@@ -77,7 +72,7 @@ class RequestHandler:
         event = make_event(
             event_id=derive_id("requested", execution_id),
             execution_id=execution_id,
-            timestamp=now(),
+            timestamp=utc_now(),
             source="server",
             name="playbook.execution.requested",
             entity_type="playbook",
@@ -115,7 +110,7 @@ class RequestHandler:
     async def cancel(self, data: bytes) -> dict[str, Any]:
         """Record a cancel request as an engine input; the engine decides what it stops."""
         try:
-            req = json.loads(data)
+            req = loads(data)
             execution_id = str(req["execution_id"])
         except (ValueError, KeyError, TypeError):
             log.warning('cancel request ignored: it needs {"execution_id": ...}')
@@ -124,7 +119,7 @@ class RequestHandler:
         event = make_event(
             event_id=derive_id("cancel", execution_id),
             execution_id=execution_id,
-            timestamp=now(),
+            timestamp=utc_now(),
             source="server",
             name="execution.cancel.requested",
             entity_type="workflow",
@@ -141,7 +136,7 @@ class RequestHandler:
         """The request id of a rejected request, when the sender gave one: it may be waiting."""
         if len(data) <= MAX_REQUEST_BYTES:
             try:
-                req = json.loads(data)
+                req = loads(data)
                 if isinstance(req, dict) and isinstance(req.get("request_id"), str):
                     return req["request_id"]
             except ValueError:
@@ -152,7 +147,7 @@ class RequestHandler:
         if len(data) > MAX_REQUEST_BYTES:
             raise RequestInvalidError(f"request is {len(data)} bytes; the limit is {MAX_REQUEST_BYTES}")
         try:
-            req = json.loads(data)
+            req = loads(data)
         except ValueError as e:
             raise RequestInvalidError(
                 f'request is not JSON: {e}; send {{"path": ..., "payload": {{...}}}}'
@@ -205,7 +200,7 @@ class RequestHandler:
             ev = make_event(
                 event_id=derive_id("rejected", execution_id, name),
                 execution_id=execution_id,
-                timestamp=now(),
+                timestamp=utc_now(),
                 source="server",
                 name=name,
                 entity_type="playbook" if name.startswith("playbook") else "workflow",

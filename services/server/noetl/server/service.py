@@ -28,7 +28,7 @@ from noetl.events.catalog import Catalog
 from noetl.events.envelope import dumps, loads
 from noetl.events.outbox import Outbox
 from noetl.events.publisher import Publisher, ignore_result
-from noetl.events.puller import Puller
+from noetl.events.puller import Puller, stream_sequence
 from noetl.events.streams import ensure_all, ensure_consumer
 from noetl.server.requests import RequestHandler
 
@@ -178,7 +178,7 @@ class Server:
         ended_loops: list[tuple[str, str]] = []
         last_seq = 0
         for msg in batch:
-            last_seq = msg.metadata.sequence.stream
+            last_seq = stream_sequence(msg)
             try:
                 event = loads(msg.data)
             except ValueError:

@@ -20,7 +20,6 @@ import logging
 import os
 import socket
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 
 from nats.aio.client import Client as NATS
@@ -34,12 +33,13 @@ from noetl.dsl.specmerge import effective_step_spec
 from noetl.events import logs
 from noetl.events import subjects as s
 from noetl.events.catalog import Catalog
+from noetl.events.clock import utc_now
 from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.histogram import Histogram
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
 from noetl.events.outbox import Outbox
-from noetl.events.puller import Puller
+from noetl.events.puller import Puller, delivered
 from noetl.events.streams import ensure_all, ensure_consumer
 from noetl.worker.pipeline import Pipeline, RunResult, Snapshot
 from noetl.worker.results import externalize
@@ -53,10 +53,7 @@ MAX_DELIVER = int(os.environ.get("NOETL_MAX_DELIVER", "5"))
 _CANCELLED_KEEP = 10_000
 # JetStream refuses messages over 1 MiB; leave room for the envelope
 MAX_TERMINAL_BYTES = 900 * 1024
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
+_NO_SECRETS = Masker()  # a playbook without a keychain masks nothing: no masker per command
 
 
 class Worker:
@@ -198,8 +195,8 @@ class Worker:
         self._leases[id(msg)] = msg
         try:
             cmd = loads(msg.data)
-            if msg.metadata.num_delivered >= MAX_DELIVER and MAX_DELIVER > 1:
-                await self._worker_lost(cmd, msg.metadata.num_delivered)
+            if delivered(msg) >= MAX_DELIVER and MAX_DELIVER > 1:
+                await self._worker_lost(cmd, delivered(msg))
             else:
                 await self._run_command(cmd, msg)
             await msg.ack()
@@ -251,7 +248,7 @@ class Worker:
             }
         ev = make_event(
             event_id=derive_id(cmd["command_id"], "terminal"),
-            timestamp=_now(),
+            timestamp=utc_now(),
             source="worker",
             name=name,
             entity_type=entity,  # type: ignore[arg-type]
@@ -326,7 +323,7 @@ class Worker:
                 cmd, False, {"result": None, "ctx_patches": [], "error": e.to_dict()}
             )
             return
-        masker = Masker(keychain)
+        masker = Masker(keychain) if keychain else _NO_SECRETS
         exec_id, run_id, index = cmd["execution_id"], cmd["step_run_id"], cmd.get("index")
         cid = cmd["command_id"]
         base = {
@@ -352,7 +349,7 @@ class Worker:
             """Sent now (followers see a long task start), confirmed with the terminal event."""
             ev = make_event(
                 event_id=eid,
-                timestamp=_now(),
+                timestamp=utc_now(),
                 source="worker",
                 name=name,
                 entity_type=entity_type,  # type: ignore[arg-type]
@@ -401,7 +398,7 @@ class Worker:
         ikey = s.iter_key(exec_id, run_id, index) if index is not None else None
         snapshot: Snapshot | None = None
         # only a redelivered command can have a snapshot: a first delivery skips the read
-        if ikey is not None and msg.metadata.num_delivered > 1:
+        if ikey is not None and delivered(msg) > 1:
             with contextlib.suppress(KeyNotFoundError):
                 e = await self.iter_kv.get(ikey)
                 if e.value:

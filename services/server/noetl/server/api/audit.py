@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
+
+from noetl.events.clock import utc_now
 
 AUDIT_STREAM = "NOETL_AUDIT"
 AUDIT_FILTER = "noetl.audit.>"
@@ -65,7 +66,7 @@ async def record_credential_access(
     """Store one record and wait for its ack: an unrecorded read must not be served."""
     record = {
         "audit_id": uuid.uuid4().hex,
-        "timestamp": datetime.now(UTC).isoformat(),
+        "timestamp": utc_now(),
         "action": action,
         "credential": credential,
         "kind": kind,

@@ -13,10 +13,10 @@ import importlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from noetl.dsl.errors import NoetlError
+from noetl.events.clock import utc_now
 
 
 @dataclass
@@ -70,7 +70,7 @@ class Clock:
     """Outcome meta timing; kept out of the kinds so they stay easy to test."""
 
     def __init__(self) -> None:
-        self.started_at = datetime.now(UTC).isoformat()
+        self.started_at = utc_now()
         self._t0 = time.perf_counter()
 
     def meta(self, task: str, attempt: int) -> dict[str, Any]:
