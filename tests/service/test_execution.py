@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from noetl.events import subjects as s
-from noetl.events.bus import read_execution_events
+from noetl.events.bus import read_execution_events, read_messages
 from noetl.server.client import run_and_wait
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,3 +196,33 @@ async def test_a_finished_loop_leaves_no_iteration_snapshots(nc, services) -> No
             break
         await asyncio.sleep(0.05)
     assert await _snapshot_count(nc, eid) == 0
+
+
+async def test_checkpoints_are_written_sparingly_and_catch_up_when_idle(nc, services) -> None:  # type: ignore[no-untyped-def]
+    """A sequential chain is one input per batch; the checkpoint is not written after every one."""
+    import asyncio
+
+    js = nc.jetstream()
+    kv_stream = f"KV_{s.SERVER_BUCKET}"
+    before = (await js.stream_info(kv_stream)).state.last_seq
+    steps: list[dict[str, Any]] = [
+        {"step": "start", "tool": [{"kind": "noop", "result": 0}], "next": {"arcs": [{"step": "s1"}]}}
+    ]
+    for i in range(1, 30):
+        step: dict[str, Any] = {"step": f"s{i}", "tool": [{"kind": "noop", "result": i}]}
+        if i < 29:
+            step["next"] = {"arcs": [{"step": f"s{i + 1}"}]}
+        steps.append(step)
+    doc = {"apiVersion": "noetl.io/v2", "kind": "Playbook", "metadata": {"name": "c30"}, "workflow": steps}
+    text = json.dumps(doc)
+    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": text}, timeout=30)
+    assert out["status"] == "success" and out["result"] == 29
+    written = (await js.stream_info(kv_stream)).state.last_seq - before
+    assert written < 15  # 31 inputs (the request and 30 step.done) decided one at a time
+    await asyncio.sleep(1.5)  # the partition goes idle: the checkpoint catches up
+    inputs = await js.stream_info(s.EVENTS_STREAM)
+    entry = await (await js.key_value(s.SERVER_BUCKET)).get("checkpoint.p0")
+    last_input = max(
+        seq for seq, e in await read_messages(js, s.EVENTS_STREAM, s.partition_input_filters(0)) if e
+    )
+    assert int(entry.value) == last_input <= inputs.state.last_seq

@@ -35,6 +35,7 @@ from noetl.server.requests import RequestHandler
 log = logging.getLogger("noetl.server")
 
 BATCH = 256
+CHECKPOINT_EVERY = 0.1  # seconds
 # events someone waits for (clients follow an execution to its end): acknowledged one by one
 _WAITED_FOR = frozenset({"workflow.finished", "playbook.processed"})
 
@@ -52,6 +53,8 @@ class Server:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self.decided = 0
+        self._unsaved: dict[int, int] = {}  # partition -> stored stream sequence not checkpointed yet
+        self._next_save: dict[int, float] = {}
         # sees every input the engine decides on and every event it writes (metrics)
         self.observer: Callable[[dict[str, Any]], None] | None = None
 
@@ -167,7 +170,11 @@ class Server:
                     continue
                 if batch:
                     await self._process_batch(partition, batch)
+                else:
+                    await self._checkpoint_to(partition, None, now=True)
         finally:
+            with contextlib.suppress(Exception):
+                await self._checkpoint_to(partition, None, now=True)
             with contextlib.suppress(Exception):
                 await puller.stop()
 
@@ -242,14 +249,26 @@ class Server:
             for subject, data, msg_id in commands:
                 await outbox.send(subject, data, msg_id, ack=True)
             await outbox.confirm()
-            # the checkpoint moves only after the decisions are stored; its own ack is not awaited:
-            # a lost checkpoint costs a few harmless re-decisions after a restart, not correctness
-            fut = await (await Publisher.of(self.nc)).publish(
-                f"$KV.{s.SERVER_BUCKET}.checkpoint.p{partition}", str(seq).encode()
-            )
-            fut.add_done_callback(ignore_result)
+            # the checkpoint moves only after the decisions are stored
+            await self._checkpoint_to(partition, seq)
 
         return attempt
+
+    async def _checkpoint_to(self, partition: int, seq: int | None, *, now: bool = False) -> None:
+        """Write the checkpoint at most every CHECKPOINT_EVERY seconds, and when the partition idles.
+
+        A checkpoint behind the last stored decisions costs only re-deciding the inputs after it
+        when the server restarts (same ids, so JetStream drops the copies); a sequential flow, one
+        input per batch, would otherwise write one per step. Not acknowledged, for the same reason.
+        """
+        if seq is not None:
+            self._unsaved[partition] = seq
+        loop_now = asyncio.get_running_loop().time()
+        if partition not in self._unsaved or not (now or loop_now >= self._next_save.get(partition, 0.0)):
+            return
+        self._next_save[partition] = loop_now + CHECKPOINT_EVERY
+        key = f"$KV.{s.SERVER_BUCKET}.checkpoint.p{partition}"
+        await self.nc.publish(key, str(self._unsaved.pop(partition)).encode())
 
     async def _purge_snapshots(self, loops: list[tuple[str, str]]) -> None:
         """One purge per ended loop instead of one per iteration; not awaited: a purge lost to a
