@@ -37,6 +37,15 @@ def server_args() -> list[str]:
     return _SERVER_ARGS
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
 def vm_hwm_mib(pid: int) -> float:
     """Peak resident set size of a live process, in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -130,6 +139,17 @@ class Cluster:
             out["server"] = self.server.peak_rss_mib()
         if self.worker_procs:
             out["worker"] = max(w.peak_rss_mib() for w in self.worker_procs)
+        return out
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time so far of nats-server, the server and each worker (``worker``, ``worker1``, ...)."""
+        out: dict[str, float] = {}
+        if self.nats is not None and self.nats.proc is not None:
+            out["nats-server"] = cpu_seconds(self.nats.proc.pid)
+        if self.server is not None:
+            out["server"] = cpu_seconds(self.server.proc.pid)
+        for i, w in enumerate(self.worker_procs):
+            out["worker" if i == 0 else f"worker{i}"] = cpu_seconds(w.proc.pid)
         return out
 
     def logs(self) -> str:

@@ -2,7 +2,8 @@
 
 py-spy (installed on first use into ``bench/.peers/tools``) samples the ``noetl server`` and
 ``noetl worker`` processes while they run one loop; nats-server's ``/connz`` counts the messages
-each connection sent per iteration. Each sample is charged to the innermost *specific* activity
+each connection sent per iteration, and the kernel's accounting gives each process's CPU time,
+nats-server's included. Each sample is charged to the innermost *specific* activity
 on its stack (JSON, spec merge, templates, KV, publish, ...), so an asyncio or socket frame
 under ``KeyValue.put`` counts as KV; a sample under no specific activity is charged by its leaf
 frame: a socket call, the epoll wait, asyncio's bookkeeping, nats-py's protocol code, or our own
@@ -47,7 +48,7 @@ SPECIFIC: list[tuple[str, tuple[str, ...]]] = [
     ("task policy evaluation", ("(dsl/policy.py",)),
     ("engine decide/fold", ("(engine/",)),
     ("event/id/timestamp building", ("(events/envelope.py", "(events/ids.py", "_now (", "(uuid.py")),
-    ("nats-py KV get/put/purge", ("KeyValue.",)),
+    ("nats-py KV get", ("KeyValue.",)),
     ("nats-py JetStream publish + ack", ("JetStreamContext.publish", "_handle_async_reply", "PubAck")),
     ("nats-py pull fetch", ("PullSubscription",)),
     ("nats-py msg ack/in_progress", ("Msg.ack", "Msg.in_progress", "Msg._ack")),
@@ -65,10 +66,10 @@ LEAF: list[tuple[str, tuple[str, ...]]] = [
 INCLUSIVE: list[tuple[str, str]] = [
     ("Worker._run_command (one command)", "Worker._run_command "),
     ("Pipeline.run (task loop)", "Pipeline.run "),
-    ("publish_all (awaited publishes)", "publish_all "),
-    ("KV get (worker: snapshot lookup)", "KeyValue.get "),
-    ("KV put (worker: snapshot; server: checkpoint)", "KeyValue.put "),
-    ("KV purge (worker: snapshot delete)", "KeyValue.purge "),
+    ("Outbox.send (ordered publishes)", "Outbox.send "),
+    ("Outbox.confirm (waiting for acks)", "Outbox.confirm "),
+    ("Puller.fetch (reading commands or inputs)", "Puller.fetch "),
+    ("KV get (worker: snapshot lookup on a redelivery)", "KeyValue.get "),
     ("effective_task_spec", "effective_task_spec "),
     ("effective_step_spec", "effective_step_spec "),
     ("Masker.mask", "Masker.mask "),
@@ -161,7 +162,9 @@ async def measure(shape: str, iterations: int, max_in_flight: int, rate: int) ->
             for svc in (c.server, c.worker_procs[0])
         }
         await asyncio.sleep(1.0)  # py-spy attaches
+        cpu_before = c.cpu_seconds()
         wall = await one(new_request(text))
+        cpu = {k: v - cpu_before[k] for k, v in c.cpu_seconds().items()}
         for p in spies.values():
             p.send_signal(signal.SIGINT)
         for p in spies.values():
@@ -178,7 +181,13 @@ async def measure(shape: str, iterations: int, max_in_flight: int, rate: int) ->
     for role in spies:
         total, cats, incl = analyze((OUT / f"hotpath-{shape}-{role}.txt").read_text())
         profiles[role] = {"samples": total, "categories": cats, "inclusive": incl}
-    meta = {"shape": shape, "iterations": iterations, "max_in_flight": max_in_flight, "wall": wall}
+    meta = {
+        "shape": shape,
+        "iterations": iterations,
+        "max_in_flight": max_in_flight,
+        "wall": wall,
+        "cpu": cpu,
+    }
     return {**meta, "rate": rate}, msgs, profiles
 
 
@@ -201,6 +210,17 @@ def report(meta: dict[str, Any], msgs: dict[str, Any], profiles: dict[str, Any])
     ]
     for name, m in msgs.items():
         lines.append(f"| {name} | {m['in_msgs']:.1f} | {m['in_bytes']:.0f} | {m['out_msgs']:.1f} |")
+    lines += [
+        "",
+        "CPU time of each process during the run (kernel accounting; the profiled ones pay py-spy too):",
+        "",
+        f"| process | CPU s | % of one core | µs/{unit} |",
+        "|---|---|---|---|",
+    ]
+    for name, secs in meta["cpu"].items():
+        lines.append(f"| {name} | {secs:.2f} | {secs / meta['wall'] * 100:.0f} % | {secs * 1e6 / n:.0f} |")
+    total = sum(meta["cpu"].values())
+    lines.append(f"| all | {total:.2f} | {total / meta['wall'] * 100:.0f} % | {total * 1e6 / n:.0f} |")
     for role, p in profiles.items():
         total = p["samples"] or 1
         busy = total / rate

@@ -3,7 +3,8 @@
 Each variant gets fresh server and worker processes, so their peak RSS belongs to that variant
 alone; the parallel loop also runs ten times smaller, and the difference between the two peaks
 says whether memory grows with the loop. Every iteration runs two noop tasks and so writes one
-iteration snapshot to ``noetl_iter`` (and purges it), as the issue's goal asks.
+iteration snapshot to ``noetl_iter`` (the server purges a loop's snapshots once, when it ends), as the
+issue's goal asks.
 """
 
 from __future__ import annotations

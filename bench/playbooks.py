@@ -35,7 +35,7 @@ def loop(iterations: int, *, parallel: bool, max_in_flight: int = 64) -> str:
     """One loop step over ``range(iterations)`` whose iterations run two noop tasks.
 
     Two tasks, not one, because the worker writes an iteration snapshot after every task but the
-    last: this way every iteration pays for one snapshot write (and its purge), which is what the
+    last: this way every iteration pays for one snapshot write, which is what the
     issue's throughput goal asks for.
     """
     spec: dict[str, object] = {"mode": "parallel", "max_in_flight": max_in_flight} if parallel else {}
