@@ -226,3 +226,15 @@ async def test_checkpoints_are_written_sparingly_and_catch_up_when_idle(nc, serv
         seq for seq, e in await read_messages(js, s.EVENTS_STREAM, s.partition_input_filters(0)) if e
     )
     assert int(entry.value) == last_input <= inputs.state.last_seq
+
+
+async def test_a_failing_metrics_observer_does_not_stop_decisions(nc, services) -> None:  # type: ignore[no-untyped-def]
+    server, _ = services
+
+    def broken(event: dict[str, Any]) -> None:
+        raise RuntimeError("metrics bug")
+
+    server.observer = broken
+    request = {"request_id": uuid.uuid4().hex, "playbook": CHAIN, "payload": {"n": 2}}
+    out = await run_and_wait(nc, request, timeout=30)
+    assert out["status"] == "success" and out["result"] == 4

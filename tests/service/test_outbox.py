@@ -60,3 +60,15 @@ async def test_a_long_run_is_confirmed_every_n_messages(nc: Any) -> None:
     await box.send(f"{name.lower()}.e", b"10", "m10", ack=True)
     await box.confirm()
     assert await _stored(js, name) == list(range(11))
+
+
+async def test_confirm_proves_trailing_plain_messages_too(nc: Any) -> None:
+    """A caller that ends on plain messages still gets them confirmed, not assumed."""
+    js, name = await _stream(nc)
+    box = Outbox(nc)
+    for i in range(3):
+        await box.send(f"{name.lower()}.e", str(i).encode(), f"m{i}")
+    before = nc.stats["in_msgs"]
+    await box.confirm()
+    assert nc.stats["in_msgs"] - before == 1  # the repeat of the last one, acknowledged
+    assert await _stored(js, name) == [0, 1, 2]  # and stored once

@@ -41,21 +41,28 @@ class Outbox:
         if not self._sent:
             self._reconnects = self.nc.stats["reconnects"]
         self._sent.append((subject, data, msg_id))
-        headers = {"Nats-Msg-Id": msg_id}
         bound = self.confirm_every is not None and self._plain >= self.confirm_every
         if ack or bound:
-            self._acks.append(await (await Publisher.of(self.nc)).publish(subject, data, headers))
-            self._plain = 0
+            await self._send_acked(subject, data, msg_id)
             if bound and not ack:
                 await self.confirm()  # a long run does not keep every message it sent
         else:
-            await self.nc.publish(subject, data, headers=headers)
+            await self.nc.publish(subject, data, headers={"Nats-Msg-Id": msg_id})
             self._plain += 1
+
+    async def _send_acked(self, subject: str, data: bytes, msg_id: str) -> None:
+        pub = await Publisher.of(self.nc)
+        self._acks.append(await pub.publish(subject, data, {"Nats-Msg-Id": msg_id}))
+        self._plain = 0
 
     async def confirm(self) -> None:
         """Every message sent so far is stored, or this raises (the caller retries the work)."""
         if not self._sent:
             return
+        if self._plain:
+            # nothing after the last plain messages proves them stored: send the last one again with
+            # a reply (a repeat is dropped by its id, and its ack comes after the stream saw them all)
+            await self._send_acked(*self._sent[-1])
         try:
             await asyncio.wait_for(asyncio.gather(*self._acks), self.timeout)
             lost = self.nc.stats["reconnects"] != self._reconnects

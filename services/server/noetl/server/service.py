@@ -203,9 +203,7 @@ class Server:
             if decision is None:
                 continue
             if self.observer is not None:
-                self.observer(event)
-                for ev in decision.events:
-                    self.observer(ev)
+                self._observe(event, decision.events)
             objects.extend(decision.objects)
             ended_loops.extend((event["execution_id"], run_id) for run_id in decision.ended_loops)
             for ev in decision.events:
@@ -225,6 +223,16 @@ class Server:
                 "execution finished",
                 extra={"execution_id": eid, "status": st.status, "playbook": st.playbook.metadata.path},
             )
+
+    def _observe(self, event: dict[str, Any], outputs: list[dict[str, Any]]) -> None:
+        """Metrics see the input and its outputs; a fault in them never stops the engine."""
+        assert self.observer is not None
+        try:
+            self.observer(event)
+            for ev in outputs:
+                self.observer(ev)
+        except Exception:
+            log.exception("metrics observer failed on %s; decisions go on", event.get("name"))
 
     def _store(
         self,
