@@ -18,7 +18,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from noetl.events import subjects as s
-from noetl.events.envelope import dumps, loads
+from noetl.events.envelope import loads
 from noetl.events.publisher import Publisher
 
 
@@ -62,33 +62,25 @@ async def connect(url: str, *, name: str = "noetl", **opts: Any) -> NATS:
     return await nats.connect(url, **kw)
 
 
-async def send(js: JetStreamContext, messages: Iterable[tuple[str, bytes, str]]) -> list[asyncio.Future[Any]]:
-    """Publish (subject, data, msg_id) in order without waiting: the stream stores them in order."""
-    pub = await Publisher.of(js._nc)
-    return [await pub.publish(subject, data, {"Nats-Msg-Id": msg_id}) for subject, data, msg_id in messages]
-
-
-async def confirm(futures: list[asyncio.Future[Any]], timeout: float = 10.0) -> None:
-    """Wait for the acks of ``send``.
+async def publish_all(
+    js: JetStreamContext, messages: Iterable[tuple[str, bytes, str]], timeout: float = 10.0
+) -> None:
+    """Publish (subject, data, msg_id) in order and wait for every ack: one round trip for the
+    batch, not one per message.
 
     An ack lost to a reconnect never arrives: give up on the batch and let the caller publish it
     again (same ids, so JetStream keeps one copy of each).
     """
+    pub = await Publisher.of(js._nc)
+    futures = [await pub.publish(subj, data, {"Nats-Msg-Id": msg_id}) for subj, data, msg_id in messages]
     if not futures:
         return
     try:
         await asyncio.wait_for(asyncio.gather(*futures), timeout)
     except BaseException:
         for f in futures:
-            f.cancel()  # also frees nats-py's slot for a pending async publish
+            f.cancel()  # forgets the pending ack
         raise
-
-
-async def publish_all(
-    js: JetStreamContext, messages: Iterable[tuple[str, bytes, str]], timeout: float = 10.0
-) -> None:
-    """Publish in order and wait for every ack: one round trip for the batch, not one per message."""
-    await confirm(await send(js, messages), timeout)
 
 
 async def read_messages(
@@ -138,8 +130,3 @@ async def read_messages(
 
 async def read_execution_events(js: JetStreamContext, execution_id: str) -> list[dict[str, Any]]:
     return [e for _, e in await read_messages(js, s.EVENTS_STREAM, [s.execution_events_filter(execution_id)])]
-
-
-async def publish_event(js: JetStreamContext, event: dict[str, Any], partition: int = 0) -> None:
-    subject = s.event_subject(partition, event["execution_id"], event["name"])
-    await js.publish(subject, dumps(event), headers={"Nats-Msg-Id": event["event_id"]})
