@@ -123,3 +123,21 @@ async def test_reading_resumes_after_a_nats_server_restart(fresh_nats: NatsServe
         await puller.stop()
     finally:
         await nc.close()
+
+
+async def test_stop_hands_untaken_messages_back_at_once(nc: Any) -> None:
+    """Delivered into the buffer, never taken: nak'd on stop instead of waiting out the ack wait."""
+    for name, nak in (("PULL_NAK", True), ("PULL_KEEP", False)):
+        js = await _setup(nc, name)  # explicit acks, 30 s ack wait
+        first = await Puller(nc, name, "c").start()
+        assert await first.fetch(5, wait=0.2) == []  # credit for 5 is now waiting at the server
+        for i in range(5):
+            await js.publish(f"{name.lower()}.x", str(i).encode())
+        await asyncio.sleep(0.3)  # all five are in first's buffer; nobody took them
+        await first.stop(nak=nak)
+        second = await Puller(nc, name, "c").start()
+        try:
+            got = await _take(second, 5, room=64, timeout=3)
+        finally:
+            await second.stop()
+        assert len(got) == (5 if nak else 0)

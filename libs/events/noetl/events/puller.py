@@ -70,16 +70,19 @@ class Puller:
         self._reconnects = self.nc.stats["reconnects"]
         return self
 
-    async def stop(self) -> list[Msg]:
-        """Stop receiving; returns the messages delivered to us that no caller took yet."""
+    async def stop(self, *, nak: bool = False) -> None:
+        """Stop receiving. ``nak`` hands the messages delivered to us that no caller took back to
+        the consumer at once, rather than after their ack wait (explicit-ack consumers only)."""
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
             self._sub = None
-        left = list(self._buf)
+        left = list(self._buf) if nak else []
         self._buf.clear()
         self._credit = 0
-        return left
+        for m in left:
+            with contextlib.suppress(Exception):
+                await m.nak()
 
     async def _on_msg(self, msg: Msg) -> None:
         loop = asyncio.get_running_loop()

@@ -110,7 +110,7 @@ class Server:
                 await asyncio.gather(*(self._request(m) for m in msgs))
         finally:
             with contextlib.suppress(Exception):
-                await puller.stop()
+                await puller.stop(nak=True)  # requests delivered and not handled: to the next server now
 
     async def _request(self, m: Any) -> None:
         msg_id = (m.headers or {}).get("Nats-Msg-Id")

@@ -139,10 +139,7 @@ class Worker:
         try:
             await self._pull(puller)
         finally:
-            # commands delivered to us and not started: back to the pool now, not after the lease
-            for m in await puller.stop():
-                with contextlib.suppress(Exception):
-                    await m.nak()
+            await puller.stop(nak=True)  # commands delivered and not started: back to the pool now
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
