@@ -22,12 +22,17 @@ async def _stored(js: Any, name: str) -> list[Any]:
     return [data for _, data in await read_messages(js, name, [f"{name.lower()}.>"])]
 
 
+async def _send(box: Outbox, name: str, numbers: range, *, ack_last: bool = False) -> None:
+    """Message i carries the JSON number i under the id m<i>."""
+    for i in numbers:
+        await box.send(f"{name.lower()}.e", str(i).encode(), f"m{i}", ack=ack_last and i == numbers[-1])
+
+
 async def test_plain_messages_are_confirmed_by_the_last_ack(nc: Any) -> None:
     js, name = await _stream(nc)
     box = Outbox(nc)
     before = nc.stats["in_msgs"]
-    for i in range(10):
-        await box.send(f"{name.lower()}.e", str(i).encode(), f"m{i}", ack=i == 9)
+    await _send(box, name, range(10), ack_last=True)
     await box.confirm()
     assert nc.stats["in_msgs"] - before == 1  # one acknowledgement for ten messages
     assert await _stored(js, name) == list(range(10))
@@ -36,12 +41,11 @@ async def test_plain_messages_are_confirmed_by_the_last_ack(nc: Any) -> None:
 async def test_a_reconnect_in_between_publishes_everything_again_once(nc: Any) -> None:
     js, name = await _stream(nc)
     box = Outbox(nc)
-    for i in range(5):
-        await box.send(f"{name.lower()}.e", str(i).encode(), f"m{i}")
+    await _send(box, name, range(5))
     nc.stats["reconnects"] += 1  # as if the connection broke after the plain messages went out
     try:
         before = nc.stats["in_msgs"]
-        await box.send(f"{name.lower()}.e", b"5", "m5", ack=True)
+        await _send(box, name, range(5, 6), ack_last=True)
         await box.confirm()
         assert nc.stats["in_msgs"] - before == 1 + 6  # the last one's ack, then each one again
     finally:
@@ -53,11 +57,10 @@ async def test_a_long_run_is_confirmed_every_n_messages(nc: Any) -> None:
     js, name = await _stream(nc)
     box = Outbox(nc, confirm_every=4)
     before = nc.stats["in_msgs"]
-    for i in range(10):  # plain 0-3, acked 4, plain 5-8, acked 9
-        await box.send(f"{name.lower()}.e", str(i).encode(), f"m{i}")
+    await _send(box, name, range(10))  # plain 0-3, acked 4, plain 5-8, acked 9
     assert nc.stats["in_msgs"] - before == 2
     assert len(box._sent) == 0  # what was confirmed is not kept
-    await box.send(f"{name.lower()}.e", b"10", "m10", ack=True)
+    await _send(box, name, range(10, 11), ack_last=True)
     await box.confirm()
     assert await _stored(js, name) == list(range(11))
 
@@ -66,8 +69,7 @@ async def test_confirm_proves_trailing_plain_messages_too(nc: Any) -> None:
     """A caller that ends on plain messages still gets them confirmed, not assumed."""
     js, name = await _stream(nc)
     box = Outbox(nc)
-    for i in range(3):
-        await box.send(f"{name.lower()}.e", str(i).encode(), f"m{i}")
+    await _send(box, name, range(3))
     before = nc.stats["in_msgs"]
     await box.confirm()
     assert nc.stats["in_msgs"] - before == 1  # the repeat of the last one, acknowledged
