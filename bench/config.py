@@ -20,7 +20,8 @@ class Sizes:
     one_step_executions: int = 200
     startup_runs: int = 5
     peer_chain: int = 50
-    peer_fanout: int = 500
+    peer_loop: int = 500
+    peer_fanout: int = 200  # workflows/flows of three activities/tasks each
 
 
 FULL = Sizes()
@@ -37,5 +38,6 @@ QUICK = Sizes(
     one_step_executions=50,
     startup_runs=1,
     peer_chain=20,
-    peer_fanout=100,
+    peer_loop=100,
+    peer_fanout=50,
 )

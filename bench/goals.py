@@ -103,8 +103,15 @@ for _peer in ("temporal", "prefect"):
             "x",
         ),
         Goal(
-            f"ahead of {_peer}: fan-out (x more steps/s than its parallel activities/tasks)",
-            _peer_ratio(("loop", "par64_iter_per_s"), _peer, "fanout_per_s", True),
+            f"ahead of {_peer}: loop (x our iterations/s at max_in_flight 64 over its parallel activities/s)",
+            _peer_ratio(("loop", "par64_iter_per_s"), _peer, "loop_per_s", True),
+            _const(1.0),
+            True,
+            "x",
+        ),
+        Goal(
+            f"ahead of {_peer}: fan-out (x our steps/s over its steps/s, concurrent 3-step runs)",
+            _peer_ratio(("fanout", "steps_per_s"), _peer, "fanout_steps_per_s", True),
             _const(1.0),
             True,
             "x",

@@ -69,3 +69,65 @@ def test_hotpath_report_shows_every_process_cpu_per_unit() -> None:
     assert "| nats-server | 0.50 | 25 % | 500 |" in text
     assert "| all | 1.75 | 88 % | 1750 |" in text
     assert "| noetl-worker | 7.0 | 3000 | 2.0 |" in text
+
+
+def test_peer_goals_read_what_peers_records() -> None:
+    """A peer's three shapes reach its three goal rows; a renamed metric would leave them n/a."""
+    from bench import peers, report
+
+    rec = Recorder()
+    rec.add("chain", "ms_per_step", 1.0, "ms")
+    rec.add("loop", "par64_iter_per_s", 4000.0, "it/s", higher=True)
+    rec.add("fanout", "steps_per_s", 3000.0, "steps/s", higher=True)
+    figures = {"temporal": (30.0, 400.0, 150.0), "prefect": (0.5, 200.0, 25.0)}  # chain, loop, fan-out
+    for peer, (chain, loop, fanout) in figures.items():
+        peers.record(
+            rec, peer, {"chain_ms_per_step": [chain], "loop_per_s": [loop], "fanout_steps_per_s": [fanout]}
+        )
+    got = {}
+    for text, measured, _target, _unit, verdict in report.goal_rows(rec):
+        if text.startswith("ahead of "):  # "ahead of PEER: SHAPE (...)"
+            peer, rest = text.removeprefix("ahead of ").split(": ", 1)
+            got[f"{peer}:{rest.split()[0]}"] = (measured, verdict)
+    assert got == {
+        "temporal:chain": ("30.0", "met"),
+        "temporal:loop": ("10.0", "met"),
+        "temporal:fan-out": ("20.0", "met"),
+        "prefect:chain": ("0.50", "NOT met"),
+        "prefect:loop": ("20.0", "met"),
+        "prefect:fan-out": ("120", "met"),
+    }
+
+
+def test_prefect_database_falls_back_to_sqlite_without_postgres() -> None:
+    from bench import peers
+    from noetl.events.natsserver import free_port
+
+    with peers.prefect_database(f"postgresql://postgres@127.0.0.1:{free_port()}/none") as (url, backend):
+        assert url is None and backend.startswith("SQLite (no PostgreSQL")
+
+
+@pytest.mark.postgres
+def test_prefect_database_is_fresh_and_dropped(pg_dsn: str) -> None:
+    import asyncio
+    import uuid
+
+    import asyncpg
+
+    from bench import peers
+
+    async def exists(name: str) -> bool:
+        conn = await asyncpg.connect(pg_dsn, timeout=3)
+        try:
+            return bool(await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name))
+        finally:
+            await conn.close()
+
+    name = f"noetl_test_bench_{uuid.uuid4().hex[:8]}"
+    with peers.prefect_database(pg_dsn, name) as (url, backend):
+        if url is None:
+            pytest.skip(f"PostgreSQL unreachable: {backend}; set NOETL_TEST_PG_DSN")
+        assert backend == "PostgreSQL"
+        assert url.startswith("postgresql+asyncpg://") and url.endswith(f"/{name}")
+        assert asyncio.run(exists(name))
+    assert not asyncio.run(exists(name))
