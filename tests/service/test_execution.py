@@ -139,6 +139,39 @@ async def test_workbook_template_spec_applies_and_is_not_rendered(nc, services) 
     assert out["status"] == "success" and out["ctx"] == {"timed_out": True}
 
 
+WORKBOOK_POLICY = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: wb-policy, path: tests/wb-policy}
+workbook:
+  tasks:
+    flaky:
+      kind: python
+      args: {attempt: "{{ _attempt }}"}
+      code: |
+        def main(attempt):
+            if attempt < 3:
+                raise RuntimeError("not yet")
+            return attempt
+      spec:
+        policy:
+          rules:
+            - when: "{{ outcome.status == 'error' }}"
+              then: {do: retry, attempts: 3, delay: 0}
+            - else: {then: {do: continue, set_ctx: {took: "{{ outcome.result }}"}}}
+workflow:
+  - step: start
+    tool:
+      - {name: use, kind: workbook, task: flaky}
+"""
+
+
+async def test_workbook_template_policy_decides_when_the_task_has_none(nc, services) -> None:  # type: ignore[no-untyped-def]
+    """Without its template's rules the first error would fail the step (no policy: fail)."""
+    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": WORKBOOK_POLICY}, timeout=30)
+    assert out["status"] == "success" and out["ctx"] == {"took": 3}
+
+
 SNAPSHOTTING_LOOP = """
 apiVersion: noetl.io/v2
 kind: Playbook

@@ -227,3 +227,38 @@ def test_load_playbook_file(tmp_path: Path) -> None:
     with pytest.raises(PlaybookInvalidError) as info:
         load_playbook_file(tmp_path / "missing.yaml")
     assert "not found" in info.value.problems[0].message
+
+
+WORKBOOK_POLICY = (
+    "workbook:\n  tasks:\n    w:\n      kind: noop\n      spec:\n        timeout: 5\n        policy:\n"
+    "          on_unmatched: fail\n          rules:\n"
+    "            - when: \"{{ outcome.status == 'error' }}\"\n              then: {do: retry, attempts: 2}\n"
+)
+
+
+def test_workbook_task_runs_under_its_templates_policy() -> None:
+    text = steps("- step: start\n  tool:\n    - {name: t, kind: workbook, task: w}\n", root=WORKBOOK_POLICY)
+    task = load_playbook(text).step("start").tool[0]
+    assert task.policy is not None
+    assert task.policy.on_unmatched == "fail"
+    assert [r.then for r in task.policy.rules] == [{"do": "retry", "attempts": 2}]
+    assert task.policy.path == "workbook.tasks.w.spec.policy"
+    assert task.policy.rules[0].path == "workbook.tasks.w.spec.policy.rules[0]"
+
+
+def test_workbook_task_own_rules_win_and_inherit_on_unmatched() -> None:
+    own = (
+        "- step: start\n  tool:\n    - name: t\n      kind: workbook\n      task: w\n"
+        "      spec: {policy: {rules: [{else: {then: {do: break}}}]}}\n"
+    )
+    task = load_playbook(steps(own, root=WORKBOOK_POLICY)).step("start").tool[0]
+    assert task.policy is not None
+    assert [r.then for r in task.policy.rules] == [{"do": "break"}]
+    assert task.policy.on_unmatched == "fail"  # left out by the task: the template's
+    assert task.policy.path == "workflow[0].tool[0].spec.policy"
+
+
+def test_workbook_template_without_policy_leaves_the_task_without_one() -> None:
+    text = steps("- step: start\n  tool:\n    - {name: t, kind: workbook, task: w}\n",
+                 root="workbook: {tasks: {w: {kind: noop}}}\n")
+    assert load_playbook(text).step("start").tool[0].policy is None

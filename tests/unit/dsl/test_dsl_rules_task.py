@@ -269,6 +269,16 @@ CASES: list[tuple[str, str, str, list[str]]] = [
         "workflow[0].tool[0]",
         ["set_ctx", "parallel"],
     ),
+    (
+        "workbook_template_jump_label_missing",
+        steps(
+            "- step: start\n  tool: [{name: t, kind: workbook, task: w}]\n",
+            root="workbook: {tasks: {w: {kind: noop, spec: {policy: "
+            "{rules: [{else: {then: {do: jump, to: again}}}]}}}}}\n",
+        ),
+        "workflow[0].tool[0].task",
+        ["'again'", "workbook.tasks.w.spec.policy", "not a task label", "labels: t"],
+    ),
     # --- YAML ---------------------------------------------------------------------------------
     (
         "yaml_malformed",

@@ -100,13 +100,18 @@ def check_task(
     elif isinstance(spec, dict) and "policy" in spec:
         check_task_policy(spec["policy"], (*path, "spec", "policy"), labels, ctx, r)
     if kind == "workbook":
-        _check_workbook_ref(body, path, ctx, r, in_workbook)
+        _check_workbook_ref(body, path, labels, ctx, r, in_workbook)
     elif kind == "playbook" and not (isinstance(body.get("path"), str) and body["path"]):
         r.add((*path, "path"), "`kind: playbook` needs `path: <metadata.path of the playbook to run>`")
 
 
 def _check_workbook_ref(
-    body: dict[str, Any], path: Path, ctx: PipelineContext, r: Report, in_workbook: bool
+    body: dict[str, Any],
+    path: Path,
+    labels: frozenset[str] | None,
+    ctx: PipelineContext,
+    r: Report,
+    in_workbook: bool,
 ) -> None:
     if in_workbook:
         r.add((*path, "kind"), "a workbook task cannot itself be `kind: workbook`")
@@ -117,12 +122,24 @@ def _check_workbook_ref(
     elif name not in ctx.workbook:
         have = ", ".join(sorted(ctx.workbook)) or "none"
         r.add((*path, "task"), f"workbook task {name!r} does not exist (workbook.tasks has: {have})")
-    elif ctx.parallel and not _has_own_rules(body) and _template_writes_ctx(ctx.workbook[name]):
-        r.add(
-            path,
-            f"workbook task {name!r} writes `set_ctx`, which is not allowed in a step whose loop is "
-            "`parallel` (iterations would race): use `set_iter`, or make the loop sequential",
-        )
+    elif not _has_own_rules(body):  # the template's rules decide after this task
+        thens = _template_thens(ctx.workbook[name])
+        if ctx.parallel and any("set_ctx" in then for then in thens):
+            r.add(
+                path,
+                f"workbook task {name!r} writes `set_ctx`, which is not allowed in a step whose loop is "
+                "`parallel` (iterations would race): use `set_iter`, or make the loop sequential",
+            )
+        for then in thens:
+            to = then.get("to")
+            if then.get("do") == "jump" and isinstance(to, str) and labels is not None and to not in labels:
+                have = ", ".join(sorted(labels)) or "none"
+                r.add(
+                    (*path, "task"),
+                    f"workbook task {name!r} jumps to {to!r} (workbook.tasks.{name}.spec.policy), which is "
+                    f"not a task label in this pipeline (labels: {have}): label a task {to!r} here, "
+                    "or give this task a `spec.policy` of its own",
+                )
 
 
 def _has_own_rules(body: dict[str, Any]) -> bool:
@@ -130,18 +147,20 @@ def _has_own_rules(body: dict[str, Any]) -> bool:
     return isinstance(spec, dict) and isinstance(spec.get("policy"), dict) and "rules" in spec["policy"]
 
 
-def _template_writes_ctx(template: Any) -> bool:
+def _template_thens(template: Any) -> list[dict[str, Any]]:
+    """The ``then`` of every rule of a workbook template's own policy (else-rules included)."""
     if not isinstance(template, dict) or not _has_own_rules(template):
-        return False
+        return []
     rules = template["spec"]["policy"]["rules"]
+    out = []
     for rule in rules if isinstance(rules, list) else []:
         if not isinstance(rule, dict):
             continue
         fallback = rule.get("else")
         then = fallback.get("then") if isinstance(fallback, dict) else rule.get("then")
-        if isinstance(then, dict) and "set_ctx" in then:
-            return True
-    return False
+        if isinstance(then, dict):
+            out.append(then)
+    return out
 
 
 def check_task_policy(

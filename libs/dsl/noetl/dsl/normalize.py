@@ -63,22 +63,46 @@ def _task_policy(spec: dict[str, Any], path: Path) -> Policy | None:
     )
 
 
+def _workbook_task_policy(spec: dict[str, Any], path: Path, name: Any,
+                          workbook: dict[str, Any]) -> Policy | None:
+    """A workbook task's policy: its template's ``spec.policy`` with the task's own merged over it.
+
+    SEMANTICS §13 runs the template "with the calling task's other fields merged over it", and
+    a policy is one of those fields. ``rules`` is required in a policy, so a task with a policy
+    of its own keeps its rules; ``on_unmatched`` it leaves out comes from the template. Rule
+    paths point at the document that holds the rules, so errors name the right place.
+    """
+    template = workbook.get(name) if isinstance(name, str) else None
+    template_spec = template.get("spec") if isinstance(template, dict) else None
+    template_policy = template_spec.get("policy") if isinstance(template_spec, dict) else None
+    own = spec.get("policy")
+    if not isinstance(template_policy, dict):
+        return _task_policy(spec, path)
+    if not isinstance(own, dict):
+        return _task_policy(template_spec, ("workbook", "tasks", name))
+    return _task_policy({"policy": {**template_policy, **own}}, path)
+
+
 def _without(mapping: Any, *keys: str) -> dict[str, Any]:
     return {k: v for k, v in mapping.items() if k not in keys} if isinstance(mapping, dict) else {}
 
 
-def _tasks(step: dict[str, Any], path: Path, lines: LineMap) -> tuple[Task, ...]:
+def _tasks(step: dict[str, Any], path: Path, lines: LineMap, workbook: dict[str, Any]) -> tuple[Task, ...]:
     out: list[Task] = []
     for e in task_entries(step.get("step"), step.get("tool"), path):
         body = e.body or {}
         spec = body.get("spec") or {}
+        if body["kind"] == "workbook":
+            policy = _workbook_task_policy(spec, e.path, body.get("task"), workbook)
+        else:
+            policy = _task_policy(spec, e.path)
         out.append(
             Task(
                 name=e.label or "",
                 kind=body["kind"],
                 config=_without(body, "name", "kind", "spec"),
                 spec=_without(spec, "policy"),
-                policy=_task_policy(spec, e.path),
+                policy=policy,
                 path=fmt_path(e.path),
                 line=lines.line(e.raw),
             )
@@ -120,7 +144,7 @@ def _next(nxt: dict[str, Any] | None, path: Path) -> Next | None:
     return Next(mode=mode, arcs=arcs, path=fmt_path(path))
 
 
-def _step(step: dict[str, Any], i: int, lines: LineMap) -> Step:
+def _step(step: dict[str, Any], i: int, lines: LineMap, workbook: dict[str, Any]) -> Step:
     path: Path = ("workflow", i)
     spec = step.get("spec") or {}
     policy = spec.get("policy") or {}
@@ -138,7 +162,7 @@ def _step(step: dict[str, Any], i: int, lines: LineMap) -> Step:
         ),
         failure_mode=failure.get("mode", "fail_fast"),
         loop=_loop(step.get("loop"), (*path, "loop")),
-        tool=_tasks(step, path, lines),
+        tool=_tasks(step, path, lines, workbook),
         next=_next(step.get("next"), (*path, "next")),
         path=fmt_path(path),
         line=lines.line(path),
@@ -149,7 +173,7 @@ def normalize(doc: dict[str, Any], lines: LineMap, *, source: str, file: str) ->
     """Build the normalized playbook from a document that passed validation."""
     meta = doc["metadata"]
     version = meta.get("version")
-    workbook = doc.get("workbook") or {}
+    workbook = dict((doc.get("workbook") or {}).get("tasks") or {})
     return Playbook(
         metadata=Metadata(
             name=meta["name"],
@@ -163,8 +187,8 @@ def normalize(doc: dict[str, Any], lines: LineMap, *, source: str, file: str) ->
         ),
         executor=doc.get("executor") or {},
         workload=doc.get("workload") or {},
-        workflow=tuple(_step(step, i, lines) for i, step in enumerate(doc["workflow"])),
-        workbook=dict(workbook.get("tasks") or {}),
+        workflow=tuple(_step(step, i, lines, workbook) for i, step in enumerate(doc["workflow"])),
+        workbook=workbook,
         source=source,
         file=file,
         digest=hashlib.sha256(source.encode("utf-8")).hexdigest(),

@@ -82,15 +82,9 @@ class Analysis:
         )
 
     def task_policy_rules(self, task: Task) -> tuple[Rule, ...]:
-        """The rules that decide after ``task``: its own, or its workbook template's."""
-        if task.policy is not None:
-            return task.policy.rules
-        if task.kind == "workbook":
-            template = self.playbook.workbook.get(str(task.config.get("task")), {})
-            policy = (template.get("spec") or {}).get("policy") if isinstance(template, dict) else None
-            if isinstance(policy, dict) and isinstance(policy.get("rules"), list):
-                return tuple(_raw_rule(r) for r in policy["rules"] if isinstance(r, dict))
-        return ()
+        """The rules that decide after ``task``: its own, or its workbook template's (normalize
+        gives a workbook task its template's policy, so ``Task.policy`` holds either)."""
+        return task.policy.rules if task.policy is not None else ()
 
     def task_thens(self, step: Step) -> Iterator[tuple[int, Task, dict[str, Any]]]:
         for j, task in enumerate(step.tool):
@@ -105,10 +99,3 @@ class Analysis:
                 out.update(str(k).split(".", 1)[0] for k in (then.get("set_ctx") or {}))
         return out
 
-
-def _raw_rule(rule: dict[str, Any]) -> Rule:
-    if "else" in rule:
-        fallback = rule["else"]
-        then = fallback.get("then") if isinstance(fallback, dict) else rule.get("then")
-        return Rule(None, dict(then or {}))
-    return Rule(rule.get("when"), dict(rule.get("then") or {}))

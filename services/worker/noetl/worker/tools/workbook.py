@@ -8,22 +8,11 @@ or one policy knob without restating the whole template.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
 from noetl.dsl.errors import ToolError
-
-
-def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """``over`` merged onto ``base``: mappings merge recursively, everything else is replaced."""
-    out = copy.deepcopy(dict(base))
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
+from noetl.dsl.specmerge import deep_merge
 
 
 def resolve_workbook(config: dict[str, Any], kind: str,
