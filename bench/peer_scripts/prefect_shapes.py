@@ -31,6 +31,7 @@ from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settin
 
 FANOUT_STEPS = 3
 FLOWS_IN_FLIGHT = 20
+PAUSE = 2.0  # seconds of quiet before each measured run, as for Temporal
 
 
 @task
@@ -65,6 +66,7 @@ def fanout(n: int) -> None:
 
 
 def timed(fn: Callable[[int], object], n: int) -> float:
+    time.sleep(PAUSE)
     t = time.perf_counter()
     fn(n)
     return time.perf_counter() - t
@@ -72,12 +74,15 @@ def timed(fn: Callable[[int], object], n: int) -> float:
 
 def main(n_chain: int, n_loop: int, n_fanout: int, runs: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"chain_ms_per_step": [], "loop_per_s": [], "fanout_steps_per_s": []}
+    # One shape at a time, each warmed up first and each run after a pause, as for Temporal.
     chain(3)
-    loop(10)
-    fanout(3)
     for _ in range(runs):
         out["chain_ms_per_step"].append(timed(chain, n_chain) * 1000 / n_chain)
+    loop(10)
+    for _ in range(runs):
         out["loop_per_s"].append(n_loop / timed(loop, n_loop))
+    fanout(3)
+    for _ in range(runs):
         out["fanout_steps_per_s"].append(n_fanout * FANOUT_STEPS / timed(fanout, n_fanout))
     return out
 
