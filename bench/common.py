@@ -45,6 +45,15 @@ class FinishWatch:
             self._waiters[execution_id] = fut
         return fut
 
+    def succeeded(self, execution_id: str) -> float:
+        """When the execution's ``workflow.finished`` arrived; raises unless it succeeded, so no
+        figure is ever taken from a run that failed (a rejected request finishes in microseconds)."""
+        t, payload = self.finished[execution_id]
+        status = payload.get("status")
+        if status != "success":
+            raise RuntimeError(f"execution {execution_id} ended {status}: {payload.get('error')}")
+        return t
+
     async def stop(self) -> None:
         await self.sub.unsubscribe()
 
@@ -75,12 +84,10 @@ async def run_timed(
     t0 = time.perf_counter()
     out = await run_and_wait(nc, request, timeout=timeout)
     await done
-    finished = watch.finished[eid][1]
-    if finished.get("status") != "success":
-        raise RuntimeError(f"execution {eid} ended {finished.get('status')}: {finished.get('error')}")
+    t_end = watch.succeeded(eid)
     if out["status"] != "success":
         CLIENT_MISMATCHES.append(f"{eid}: run_and_wait said {out['status']!r}")
-    return watch.finished[eid][0] - t0, out
+    return t_end - t0, out
 
 
 # executions that finished successfully (their workflow.finished says so) but whose

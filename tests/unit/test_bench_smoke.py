@@ -131,3 +131,15 @@ def test_prefect_database_is_fresh_and_dropped(pg_dsn: str) -> None:
         assert url.startswith("postgresql+asyncpg://") and url.endswith(f"/{name}")
         assert asyncio.run(exists(name))
     assert not asyncio.run(exists(name))
+
+
+def test_no_figure_from_a_failed_execution() -> None:
+    """A rejected request finishes in microseconds: its time must never become a rate."""
+    from bench.common import FinishWatch
+
+    watch = FinishWatch(nc=None)
+    watch.finished["ok"] = (1.5, {"status": "success"})
+    watch.finished["bad"] = (0.1, {"status": "failed", "error": {"kind": "request_invalid"}})
+    assert watch.succeeded("ok") == 1.5
+    with pytest.raises(RuntimeError, match=r"ended failed: .*request_invalid"):
+        watch.succeeded("bad")
