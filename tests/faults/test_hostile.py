@@ -79,6 +79,7 @@ async def test_invalid_playbook_is_rejected_with_its_problems(system: Any) -> No
 async def test_oversized_request_is_rejected(system: Any) -> None:
     out = await run(system, payload={"blob": "x" * 600_000})
     assert out["status"] == "failed" and "limit" in out["error"]["message"]
+    assert "noetl catalog register" in out["error"]["message"]  # and says what to do
     await still_works(system)
 
 

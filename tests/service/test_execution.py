@@ -88,6 +88,29 @@ def test_noetl_run_command_json_contract(tmp_path: Path) -> None:
     assert took < 30
 
 
+def test_noetl_run_of_a_playbook_over_the_request_limit(tmp_path: Path) -> None:
+    """Inline it would be a 600 KB request (the limit is 512 KiB): `noetl run` sends it by path."""
+    table = "\n".join(f"    # row {i:06d} " + "x" * 80 for i in range(6_500))
+    f = tmp_path / "big.yaml"
+    f.write_text(
+        "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: big, path: tests/big}\n"
+        "workflow:\n  - step: start\n    tool:\n      - name: answer\n        kind: python\n"
+        "        code: |\n          def main():\n" + table.replace("    #", "              #") + "\n"
+        "              return 42\n"
+    )
+    assert f.stat().st_size > 600_000
+    p = subprocess.run(
+        [sys.executable, "-m", "noetl.cli.main", "run", str(f), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout)
+    assert out["status"] == "success" and out["result"] == 42
+
+
 def test_noetl_run_invalid_exits_2(tmp_path: Path) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text(CHAIN.replace("workflow:", "vars: {a: 1}\nworkflow:"))

@@ -33,6 +33,23 @@ async def register_catalog_dir(catalog: Catalog, directory: str) -> int:
     return n
 
 
+async def _request(catalog: Catalog, text: str, file: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """The playbook inline, or by path from the private catalog when inline it would be over the
+    request limit (a large playbook runs with `noetl run` as it would after `catalog register`)."""
+    from noetl.events.envelope import dumps
+    from noetl.server.requests import MAX_REQUEST_BYTES
+
+    request: dict[str, Any] = {"request_id": uuid.uuid4().hex, "playbook": text, "payload": payload}
+    if len(dumps(request)) <= MAX_REQUEST_BYTES:
+        return request
+    entry = await catalog.register(text, file)
+    del request["playbook"]
+    request["path"] = entry["path"]
+    if entry["version"]:
+        request["version"] = entry["version"]
+    return request
+
+
 async def run_embedded(
     text: str,
     file: str,
@@ -65,7 +82,7 @@ async def run_embedded(
         worker = Worker(nc, credentials=creds, concurrency=32)
         await server.start()
         await worker.start()
-        request = {"request_id": uuid.uuid4().hex, "playbook": text, "payload": payload}
+        request = await _request(catalog, text, file, payload)
         return await run_and_wait(nc, request, timeout=timeout)
     finally:
         for svc in (worker, server):

@@ -145,7 +145,11 @@ class RequestHandler:
 
     def _parse(self, data: bytes) -> dict[str, Any]:
         if len(data) > MAX_REQUEST_BYTES:
-            raise RequestInvalidError(f"request is {len(data)} bytes; the limit is {MAX_REQUEST_BYTES}")
+            raise RequestInvalidError(
+                f"request is {len(data)} bytes; the limit is {MAX_REQUEST_BYTES}: register a large "
+                "playbook with `noetl catalog register FILE` and request it by `path`, and pass large "
+                "inputs by reference (a table, a file, an object) rather than in `payload`"
+            )
         try:
             req = loads(data)
         except ValueError as e:
