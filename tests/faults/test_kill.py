@@ -121,6 +121,42 @@ async def test_sigkill_server_mid_execution(cluster: Cluster) -> None:
     assert out["result"] == 39
 
 
+async def test_sigkill_server_mid_execution_of_a_playbook_over_1_mib(cluster: Cluster) -> None:
+    """Kills: the server, with SIGKILL, after 5 of 20 steps of a 1.3 MB playbook (by path), whose
+    text does not fit in an event: the request event names it by digest.
+    Asserts: the new server rebuilds the execution, resolving the text from the catalog, and it
+    succeeds; `noetl replay` of it (which resolves the same way) decides nothing differently."""
+    from noetl.cli.analysis_run import read_events
+    from noetl.cli.replay_diff import replay_diff
+    from noetl.events.catalog import MAX_MESSAGE_BYTES, Catalog
+    from noetl.events.streams import ensure_all
+
+    text = chain(20, 0.03) + "".join(f"# filler {i:06d} {'x' * 80}\n" for i in range(14_000))
+    assert len(text.encode()) > MAX_MESSAGE_BYTES
+    cluster.worker()
+    first = cluster.server()
+    nc = await client(cluster.url)
+    try:
+        js = nc.jetstream()
+        await ensure_all(js)
+        await (await Catalog.open(js)).register(text, "big.yaml")
+        rid = uuid.uuid4().hex
+        await js.publish(s.REQUEST_SUBJECT, dumps({"request_id": rid, "path": "faults/chain"}),
+                         headers={"Nats-Msg-Id": rid})
+        eid = execution_id_for(rid)
+        await count_events(nc, s.execution_event_filter(eid, "step.done"), lambda n: n >= 5)
+        cluster.kill(first)
+        cluster.server()
+        out = await finish(nc, eid)
+    finally:
+        await nc.close()
+    assert out["status"] == "success", cluster.output()
+    assert out["result"] == 19
+    requested = next(e for e in out["events"] if e["name"] == "playbook.execution.requested")
+    assert "playbook" not in requested["payload"] and requested["payload"]["digest"]
+    assert replay_diff(await read_events(cluster.url, eid)).divergences == []
+
+
 async def test_restart_nats_server_mid_execution(cluster: Cluster) -> None:
     """Kills: nats-server itself (SIGKILL), restarted on the same port and store dir.
     Asserts: server and worker reconnect and the execution succeeds with every step once."""

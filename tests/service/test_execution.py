@@ -10,6 +10,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events, read_messages
 from noetl.server.client import run_and_wait
@@ -88,16 +90,14 @@ def test_noetl_run_command_json_contract(tmp_path: Path) -> None:
     assert took < 30
 
 
-def test_noetl_run_of_a_playbook_over_the_request_limit(tmp_path: Path) -> None:
-    """Inline it would be a 600 KB request (the limit is 512 KiB): `noetl run` sends it by path."""
-    table = "\n".join(f"    # row {i:06d} " + "x" * 80 for i in range(6_500))
+@pytest.mark.parametrize("rows", [6_500, 14_000], ids=["600KB", "1.3MB"])
+def test_noetl_run_of_a_playbook_over_the_request_limit(tmp_path: Path, rows: int) -> None:
+    """Inline it would be over the 512 KiB request limit: `noetl run` registers it in its private
+    catalog (over 1 MiB: as an object) and requests it by path."""
+    from tests.service.test_catalog import playbook
+
     f = tmp_path / "big.yaml"
-    f.write_text(
-        "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: big, path: tests/big}\n"
-        "workflow:\n  - step: start\n    tool:\n      - name: answer\n        kind: python\n"
-        "        code: |\n          def main():\n" + table.replace("    #", "              #") + "\n"
-        "              return 42\n"
-    )
+    f.write_text(playbook("tests/big", rows))
     assert f.stat().st_size > 600_000
     p = subprocess.run(
         [sys.executable, "-m", "noetl.cli.main", "run", str(f), "--json"],

@@ -139,6 +139,7 @@ async def test_stream_view_sub_stream_info_consumer_info_kv_get(nc, services) ->
         "KV_noetl_server",
         "KV_noetl_credentials",
         "OBJ_noetl_results",
+        "OBJ_noetl_catalog",
     ):
         assert (await api(nc, f"$JS.API.STREAM.INFO.{stream}"))["config"]["name"] == stream
     checkpoint = await api(
@@ -203,3 +204,20 @@ async def test_object_get_returns_a_referenced_result(nc, services) -> None:  # 
     assert len(data) == ref["size"] == info["size"]
     assert ref["checksum"] == "sha256:" + hashlib.sha256(data).hexdigest()
     assert json.loads(data)[:2] == ["row 0", "row 1"]
+
+
+async def test_object_get_returns_a_large_playbook_text(nc, services) -> None:  # type: ignore[no-untyped-def]
+    from noetl.events.catalog import Catalog
+    from tests.service.test_catalog import playbook
+
+    text = playbook(f"tests/recipe-{uuid.uuid4().hex[:8]}", 14_000)
+    digest = (await (await Catalog.open(nc.jetstream())).register(text, "big.yaml"))["digest"]
+
+    # `nats object get noetl_catalog <sha256>`: the object's meta message, then its chunks
+    name = base64.urlsafe_b64encode(digest.encode()).decode()
+    meta = await api(
+        nc, "$JS.API.STREAM.MSG.GET.OBJ_noetl_catalog", {"last_by_subj": f"$O.noetl_catalog.M.{name}"}
+    )
+    info = json.loads(base64.b64decode(meta["message"]["data"]))
+    chunks = await stream_view(nc, "OBJ_noetl_catalog", f"$O.noetl_catalog.C.{info['nuid']}")
+    assert b"".join(base64.b64decode(c["data"]) for c in chunks).decode() == text

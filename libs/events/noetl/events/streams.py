@@ -17,6 +17,7 @@ from nats.js.api import (
     StreamConfig,
 )
 from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.object_store import ObjectStore
 
 from noetl.events import subjects as s
 
@@ -71,10 +72,8 @@ async def ensure_all(js: JetStreamContext, replicas: int = 1) -> None:
         await _ensure_stream(js, cfg)
     for bucket, history in ((s.ITER_BUCKET, 1), (s.CATALOG_BUCKET, 1), (s.SERVER_BUCKET, 1)):
         await ensure_kv(js, bucket, history=history, replicas=replicas)
-    try:
-        await js.object_store(s.RESULTS_BUCKET)
-    except NotFoundError:
-        await js.create_object_store(s.RESULTS_BUCKET)
+    for bucket in (s.RESULTS_BUCKET, s.CATALOG_OBJECT_BUCKET):
+        await ensure_object_store(js, bucket, replicas=replicas)
 
 
 async def ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerConfig) -> None:
@@ -96,3 +95,14 @@ async def ensure_kv(js: JetStreamContext, bucket: str, *, history: int = 1, repl
         return await js.create_key_value(
             KeyValueConfig(bucket=bucket, history=history, replicas=replicas, storage=StorageType.FILE)
         )
+
+
+async def ensure_object_store(js: JetStreamContext, bucket: str, *, replicas: int = 1) -> ObjectStore:
+    try:
+        return await js.object_store(bucket)
+    except NotFoundError:
+        try:
+            # the name goes first: nats-py drops a bucket given only inside ObjectStoreConfig
+            return await js.create_object_store(bucket, replicas=replicas)
+        except BadRequestError:
+            return await js.object_store(bucket)  # another service created it first

@@ -21,6 +21,8 @@ CANCEL_EVENTS_FILTER = "noetl.events.*.*.execution.cancel.requested"
 ITER_BUCKET = "noetl_iter"
 ITER_STREAM = "KV_noetl_iter"
 CATALOG_BUCKET = "noetl_catalog"
+# playbook texts too large for one KV value, by digest: an object store of the same name
+CATALOG_OBJECT_BUCKET = "noetl_catalog"
 CREDENTIALS_BUCKET = "noetl_credentials"
 SERVER_BUCKET = "noetl_server"
 RESULTS_BUCKET = "noetl_results"

@@ -24,11 +24,15 @@ def _valid_text(file: str) -> str | None:
 
 
 async def read_events(nats_url: str, execution_id: str) -> list[dict[str, Any]]:
+    """The execution's log as the engine folds it (the request with its playbook's text)."""
     from noetl.events.bus import connect, read_execution_events
+    from noetl.events.catalog import Catalog
 
     nc = await connect(nats_url, name="noetl-analysis", max_reconnect_attempts=1)
     try:
-        return await read_execution_events(nc.jetstream(), execution_id)
+        js = nc.jetstream()
+        catalog = await Catalog.open(js)
+        return [await catalog.with_playbook_text(e) for e in await read_execution_events(js, execution_id)]
     finally:
         await nc.close()
 

@@ -17,7 +17,7 @@ from noetl.dsl.cache import digest_of, parse_playbook
 from noetl.dsl.errors import PlaybookInvalidError, RequestInvalidError
 from noetl.events import subjects as s
 from noetl.events.bus import publish_all
-from noetl.events.catalog import Catalog
+from noetl.events.catalog import MAX_MESSAGE_BYTES, Catalog
 from noetl.events.clock import utc_now
 from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.ids import derive_id, execution_id_for
@@ -92,10 +92,12 @@ class RequestHandler:
             parent_execution_id=req.get("parent_execution_id"),
             trace_id=req.get("trace_id") or execution_id,
         )
-        await publish_all(
-            self.js,
-            [(s.event_subject(partition, execution_id, event["name"]), dumps(event), event["event_id"])],
-        )
+        data = dumps(event)
+        if len(data) > MAX_MESSAGE_BYTES:  # the text is in the catalog by digest: name it only
+            del event["payload"]["playbook"]
+            data = dumps(event)
+        subject = s.event_subject(partition, execution_id, event["name"])
+        await publish_all(self.js, [(subject, data, event["event_id"])])
         return {"execution_id": execution_id}
 
     async def _already_requested(self, execution_id: str) -> bool:

@@ -309,7 +309,7 @@ class Server:
         state = self.states.get(eid)
         if state is None:
             if event["name"] == "playbook.execution.requested":
-                state = new_state(event)
+                state = new_state(await self.catalog.with_playbook_text(event))
             else:
                 state = await self._rebuild(eid, seq)
                 if state is None:
@@ -326,5 +326,5 @@ class Server:
         msgs = await read_messages(
             self.js, s.EVENTS_STREAM, s.execution_input_filters(execution_id), before_seq=before_seq
         )
-        state, _ = replay(e for _, e in msgs)
+        state, _ = replay([await self.catalog.with_playbook_text(e) for _, e in msgs])
         return state

@@ -1,0 +1,69 @@
+"""The playbook catalog on a real nats-server: texts by path and digest, large ones as objects."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from nats.js.errors import KeyNotFoundError
+
+from noetl.events import subjects as s
+from noetl.events.catalog import MAX_MESSAGE_BYTES, Catalog
+from noetl.events.streams import ensure_all
+
+
+def playbook(path: str, filler_rows: int) -> str:
+    """A valid playbook made large by a python task's comment block (never rendered)."""
+    rows = "".join(f"              # row {i:06d} {'x' * 80}\n" for i in range(filler_rows))
+    return (
+        f"apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{name: big, path: {path}}}\n"
+        "workflow:\n  - step: start\n    tool:\n      - name: answer\n        kind: python\n"
+        "        code: |\n          def main():\n" + rows + "              return 42\n"
+    )
+
+
+@pytest.mark.parametrize(("rows", "in_kv"), [(10, True), (14_000, False)], ids=["small", "over-1MiB"])
+async def test_text_by_path_and_digest(nc: Any, rows: int, in_kv: bool) -> None:
+    js = nc.jetstream()
+    await ensure_all(js)
+    path = f"tests/catalog-{uuid.uuid4().hex[:8]}"
+    text = playbook(path, rows)
+    assert (len(text.encode()) <= MAX_MESSAGE_BYTES) is in_kv
+    entry = await (await Catalog.open(js)).register(text, "big.yaml")
+
+    fresh = await Catalog.open(js)  # nothing cached: reads what the bucket holds
+    assert await fresh.get(path) == text
+    assert await fresh.get_by_digest(entry["digest"]) == text
+    kv = await js.key_value(s.CATALOG_BUCKET)
+    if in_kv:
+        assert (await kv.get(s.catalog_digest_key(entry["digest"]))).value == text.encode()
+    else:
+        with pytest.raises(KeyNotFoundError):
+            await kv.get(s.catalog_digest_key(entry["digest"]))
+        info = await (await js.object_store(s.CATALOG_OBJECT_BUCKET)).get_info(entry["digest"])
+        assert info.size == len(text.encode())
+
+
+async def test_unknown_digest_is_none(nc: Any) -> None:
+    js = nc.jetstream()
+    await ensure_all(js)
+    assert await (await Catalog.open(js)).get_by_digest("0" * 64) is None
+
+
+async def test_request_event_gets_its_text_by_digest(nc: Any) -> None:
+    js = nc.jetstream()
+    await ensure_all(js)
+    catalog = await Catalog.open(js)
+    text = playbook(f"tests/catalog-{uuid.uuid4().hex[:8]}", 14_000)
+    entry = await catalog.register(text, "big.yaml")
+    digest = entry["digest"]
+    by_digest = {"name": "playbook.execution.requested", "execution_id": "e1", "payload": {"digest": digest}}
+    assert (await catalog.with_playbook_text(by_digest))["payload"] == {"digest": digest, "playbook": text}
+    inline = {"name": "playbook.execution.requested", "payload": {"digest": "d", "playbook": "inline"}}
+    other = {"name": "step.done", "payload": {}}
+    assert await catalog.with_playbook_text(inline) is inline
+    assert await catalog.with_playbook_text(other) is other
+    lost = {"name": "playbook.execution.requested", "execution_id": "e2", "payload": {"digest": "0" * 64}}
+    with pytest.raises(LookupError, match="execution e2 is not in the catalog"):
+        await catalog.with_playbook_text(lost)
