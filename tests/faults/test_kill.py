@@ -66,11 +66,11 @@ def chain(n: int, sleep: float) -> str:
     return head + "workflow:\n" + "\n".join(steps) + "\n"
 
 
-async def submit(nc: Any, playbook: str) -> str:
+async def submit(nc: Any, playbook: str | None = None, *, path: str | None = None) -> str:
+    """A request for the playbook text, or for a catalog playbook by ``path``."""
     rid = uuid.uuid4().hex
-    await nc.jetstream().publish(
-        s.REQUEST_SUBJECT, dumps({"request_id": rid, "playbook": playbook}), headers={"Nats-Msg-Id": rid}
-    )
+    body = {"request_id": rid, "path": path} if path else {"request_id": rid, "playbook": playbook}
+    await nc.jetstream().publish(s.REQUEST_SUBJECT, dumps(body), headers={"Nats-Msg-Id": rid})
     return execution_id_for(rid)
 
 
@@ -140,10 +140,7 @@ async def test_sigkill_server_mid_execution_of_a_playbook_over_1_mib(cluster: Cl
         js = nc.jetstream()
         await ensure_all(js)
         await (await Catalog.open(js)).register(text, "big.yaml")
-        rid = uuid.uuid4().hex
-        await js.publish(s.REQUEST_SUBJECT, dumps({"request_id": rid, "path": "faults/chain"}),
-                         headers={"Nats-Msg-Id": rid})
-        eid = execution_id_for(rid)
+        eid = await submit(nc, path="faults/chain")
         await count_events(nc, s.execution_event_filter(eid, "step.done"), lambda n: n >= 5)
         cluster.kill(first)
         cluster.server()
