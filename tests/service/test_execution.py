@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -109,6 +112,71 @@ def test_noetl_run_of_a_playbook_over_the_request_limit(tmp_path: Path, rows: in
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout)
     assert out["status"] == "success" and out["result"] == 42
+
+
+SLEEPER = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: sleeper, path: tests/sleeper}
+workflow:
+  - step: start
+    tool:
+      - name: nap
+        kind: python
+        code: |
+          import time
+          def main():
+              time.sleep(60)
+"""
+
+
+def _nats_child(pid: int) -> tuple[int, str] | None:
+    """The nats-server process whose parent is ``pid``, and its store directory."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(fields[1]) == pid and cmdline[0].endswith(b"nats-server"):
+            return int(stat.parent.name), cmdline[cmdline.index(b"-sd") + 1].decode()
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_noetl_run_stopped_by_a_signal_leaves_no_nats_server(tmp_path: Path, sig: int) -> None:
+    """`timeout`, a CI cancel or a closed terminal: the private nats-server and its store go too."""
+    f = tmp_path / "sleeper.yaml"
+    f.write_text(SLEEPER)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "noetl.cli.main", "run", str(f)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    child = None
+    try:
+        deadline = time.monotonic() + 30
+        while (child := _nats_child(p.pid)) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert child is not None, "noetl run started no nats-server"
+        time.sleep(1.0)  # the execution is under way: the python task sleeps
+        p.send_signal(sig)
+        rc = p.wait(timeout=30)
+        nats_pid, store = child
+        left = [what for what, there in (("nats-server", Path(f"/proc/{nats_pid}").exists()),
+                                         ("store dir", Path(store).exists())) if there]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if child is not None and Path(f"/proc/{child[0]}").exists():  # what a failure left: stop it
+            os.kill(child[0], signal.SIGKILL)
+        if child is not None:
+            shutil.rmtree(child[1], ignore_errors=True)
+    assert rc == 128 + sig, p.stderr.read().decode()[-2000:] if p.stderr else rc
+    assert left == []
 
 
 def test_noetl_run_invalid_exits_2(tmp_path: Path) -> None:

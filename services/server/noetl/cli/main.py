@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,28 @@ def _setup_logging(verbose: bool, command: str = "") -> None:
 
     default = "DEBUG" if verbose else ("INFO" if command in ("server", "worker") else "WARNING")
     configure(os.environ.get("NOETL_LOG_LEVEL", default))
+
+
+class Interrupted(KeyboardInterrupt):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def signals_interrupt(*signums: int) -> Iterator[None]:
+    """These signals end the run the way Ctrl-C does: their default action kills the process at
+    once, leaving `noetl run`'s private nats-server running and its store directory behind."""
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise Interrupted(signum)
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -62,19 +87,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     print(f"noetl: running {path} on an embedded NATS server", file=sys.stderr)
     try:
-        out = asyncio.run(
-            run_embedded(
-                text,
-                str(path),
-                _payload(args.payload),
-                credentials_file=args.credentials,
-                catalog_dir=args.catalog,
-                timeout=args.timeout,
+        with signals_interrupt(signal.SIGTERM, signal.SIGHUP):
+            out = asyncio.run(
+                run_embedded(
+                    text,
+                    str(path),
+                    _payload(args.payload),
+                    credentials_file=args.credentials,
+                    catalog_dir=args.catalog,
+                    timeout=args.timeout,
+                )
             )
-        )
-    except KeyboardInterrupt:
-        print("noetl: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+        print(f"noetl: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
+        return 128 + signum
     except TimeoutError:
         print(f"noetl: the execution did not finish within --timeout {args.timeout} s", file=sys.stderr)
         if args.json:
@@ -101,8 +128,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace, role: str) -> None:
-    import signal
-
     from noetl.events.bus import connect
 
     nc = await connect(args.nats_url, name=f"noetl-{role}")
