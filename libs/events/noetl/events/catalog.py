@@ -39,7 +39,7 @@ class Catalog:
     async def open(cls, js: JetStreamContext) -> Catalog:
         return cls(await js.key_value(s.CATALOG_BUCKET), js)
 
-    async def objects(self) -> ObjectStore:
+    async def _object_store(self) -> ObjectStore:
         """Opened on first use, and created if missing (services that predate it)."""
         if self._objects is None:
             self._objects = await ensure_object_store(self.js, s.CATALOG_OBJECT_BUCKET)
@@ -70,7 +70,7 @@ class Catalog:
             except KeyNotFoundError:
                 await self.kv.put(key, data)
         else:
-            objects = await self.objects()
+            objects = await self._object_store()
             try:
                 await objects.get_info(digest)
             except ObjectNotFoundError:
@@ -85,7 +85,7 @@ class Catalog:
             pass
         buf = io.BytesIO()  # writeinto: nats-py's plain get is quadratic in the object's size
         try:
-            await (await self.objects()).get(digest, writeinto=buf)
+            await (await self._object_store()).get(digest, writeinto=buf)
         except ObjectNotFoundError:
             return None
         return buf.getvalue().decode()
