@@ -25,10 +25,14 @@ def production_values() -> dict[str, Any]:
 
 
 def render(
-    values: dict[str, Any] | None = None, *, name: str = "noetl", namespace: str = "noetl"
+    values: dict[str, Any] | None = None,
+    *,
+    name: str = "noetl",
+    namespace: str = "noetl",
+    chart_dir: Path = CHART_DIR,
 ) -> dict[str, str]:
     """Template path -> rendered text, NOTES.txt included (`helm template` of an install)."""
-    with helm.Chart.load(CHART_DIR) as chart:
+    with helm.Chart.load(chart_dir) as chart:
         return chart.render(values or {}, name=name, namespace=namespace, is_install=True)
 
 
@@ -59,6 +63,17 @@ def container(deployment: dict[str, Any]) -> dict[str, Any]:
 
 def env_of(c: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in c.get("env", [])}
+
+
+def plain_env(docs: list[dict[str, Any]], deployment: dict[str, Any]) -> dict[str, str]:
+    """The environment a container starts with, as Kubernetes builds it: every ConfigMap of
+    `envFrom`, then `env` (its plain values; those read from Secrets are left out)."""
+    c = container(deployment)
+    env: dict[str, str] = {}
+    for source in c.get("envFrom", []):
+        env.update(named(docs, "ConfigMap", source["configMapRef"]["name"])["data"])
+    env.update({e["name"]: e["value"] for e in c.get("env", []) if "value" in e})
+    return env
 
 
 def worker_pools(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

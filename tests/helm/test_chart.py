@@ -57,8 +57,30 @@ def test_lint_strict_passes(which: str) -> None:
 
 @pytest.mark.parametrize(
     "values",
-    [{}, production_values(), {"nats": {"enabled": True}, **INLINE_SECRETS}],
-    ids=["default", "production", "bundled-nats-inline-secrets"],
+    [
+        {},
+        production_values(),
+        {"nats": {"enabled": True}, **INLINE_SECRETS},
+        {
+            "server": {"replicaCount": 1, "strategy": {"type": "Recreate"}},
+            "podDisruptionBudget": {"enabled": False},
+        },
+        {
+            "server": {
+                "replicaCount": 4,
+                "partitions": 2,
+                "strategy": {"rollingUpdate": {"maxUnavailable": "25%"}},
+            },
+            "podDisruptionBudget": {"maxUnavailable": "50%"},
+        },
+    ],
+    ids=[
+        "default",
+        "production",
+        "bundled-nats-inline-secrets",
+        "one-server-recreate",
+        "standbys-percentages",
+    ],
 )
 def test_every_manifest_is_valid_kubernetes(values: dict[str, Any]) -> None:
     docs = manifests(render(values))
@@ -67,18 +89,30 @@ def test_every_manifest_is_valid_kubernetes(values: dict[str, Any]) -> None:
         kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
 
 
-def test_default_values_render_one_server_and_the_default_pool() -> None:
+def test_default_values_render_the_server_and_the_default_pool() -> None:
     docs = manifests(render())
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ConfigMap", "Deployment", "Deployment", "Pod", "Service", "ServiceAccount"]
+    assert kinds == [
+        "ConfigMap",
+        "Deployment",
+        "Deployment",
+        "Pod",
+        "PodDisruptionBudget",
+        "PodDisruptionBudget",
+        "Service",
+        "ServiceAccount",
+    ]
     (pool,) = worker_pools(docs).items()
     assert pool[0] == "default"
     args = container(pool[1])["args"]
     assert args[0] == "worker" and arg_after(args, "--pool") == "default"
     assert arg_after(args, "--concurrency") == "16"
-    assert named(docs, "Deployment", "noetl-server")["spec"]["strategy"] == {"type": "Recreate"}
     cm = named(docs, "ConfigMap", "noetl")
-    assert cm["data"] == {"NOETL_NATS_URL": "nats://nats:4222", "NOETL_LOG_LEVEL": "INFO"}
+    assert cm["data"] == {
+        "NOETL_NATS_URL": "nats://nats:4222",
+        "NOETL_LOG_LEVEL": "INFO",
+        "NOETL_REPLICAS": "1",
+    }
 
 
 def test_production_pools_replicas_and_concurrency() -> None:
@@ -173,7 +207,8 @@ def test_pods_run_as_non_root_on_a_read_only_root() -> None:
 
 def test_notes_tell_how_to_publish_follow_and_reach_the_api() -> None:
     notes = render(production_values())[NOTES]
-    assert "nats --server nats://nats.messaging.svc.cluster.local:4222 pub noetl.requests.execute" in notes
+    url = production_values()["nats"]["url"]
+    assert f"nats --server {url} pub noetl.requests.execute" in notes
     assert "sub 'noetl.events.*.<execution_id>.>'" in notes
     assert "port-forward svc/noetl-server 8080:8080" in notes
     assert "pool etl: 2 replica(s) x concurrency 8" in notes
@@ -195,6 +230,22 @@ def test_bundled_nats_is_reached_by_its_service_name(release: str, url: str) -> 
         ({"worker": {"pools": [{"name": "etl", "concurency": 4}]}}, "'concurency'"),
         ({"worker": {"pools": [{"name": "ETL_pool"}]}}, "/worker/pools/0/name"),
         ({"nats": {"tls": {"enabled": True}}}, "/nats/tls/existingSecret"),
+        ({"server": {"partitions": 0}}, "/server/partitions"),
+        ({"server": {"partitions": 257}}, "/server/partitions"),
+        ({"server": {"replicaCount": 0}}, "/server/replicaCount"),
+        ({"server": {"leaseTtlSeconds": 0}}, "/server/leaseTtlSeconds"),
+        ({"server": {"strategy": {"type": "BlueGreen"}}}, "/server/strategy/type"),
+        ({"server": {"podDisruptionBudget": {"maxUnavailable": 1}}}, "'maxUnavailable'"),
+        ({"jetstream": {"replicas": 0}}, "/jetstream/replicas"),
+        ({"jetstream": {"replicas": 6}}, "/jetstream/replicas"),
+        ({"jetstream": {"replica": 3}}, "'replica'"),
+        ({"podDisruptionBudget": {"maxUnavailable": 0}}, "/podDisruptionBudget/maxUnavailable"),
+        ({"podDisruptionBudget": {"maxUnavailable": "0%"}}, "/podDisruptionBudget/maxUnavailable"),
+        (
+            {"nats": {"enabled": True, "config": {"cluster": {"replicas": 1}}}},
+            "/nats/config/cluster/replicas",
+        ),
+        ({"nats": {"url": "nats://a:4222, nats://b:4222"}}, "/nats/url"),
     ],
 )
 def test_schema_rejects_typos_and_bad_values(values: dict[str, Any], where: str) -> None:

@@ -67,3 +67,19 @@ async def test_request_event_gets_its_text_by_digest(nc: Any) -> None:
     lost = {"name": "playbook.execution.requested", "execution_id": "e2", "payload": {"digest": "0" * 64}}
     with pytest.raises(LookupError, match="execution e2 is not in the catalog"):
         await catalog.with_playbook_text(lost)
+
+
+async def test_replicas_a_single_node_cannot_keep_are_refused_with_what_to_do(fresh_nats: Any) -> None:
+    from noetl.dsl.errors import DeploymentError
+    from noetl.events.bus import connect
+
+    nc = await connect(fresh_nats.url)
+    try:
+        with pytest.raises(DeploymentError, match="NOETL_REPLICAS") as info:
+            await ensure_all(nc.jetstream(), replicas=3)
+        assert "1 for a single nats-server" in info.value.message
+        await ensure_all(nc.jetstream())  # unset: R1, fine
+        with pytest.raises(DeploymentError, match="nats stream edit NOETL_EVENTS --replicas 3"):
+            await ensure_all(nc.jetstream(), replicas=3)  # existing streams: the change is refused
+    finally:
+        await nc.close()

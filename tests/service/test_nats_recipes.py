@@ -84,7 +84,7 @@ async def test_stream_view_sub_stream_info_consumer_info_kv_get(nc, services) ->
         if envelope["execution_id"] == eid:
             break
     await finished.unsubscribe()
-    assert msg.subject == f"noetl.events.0.{eid}.workflow.finished"
+    assert msg.subject == f"noetl.events.{s.partition_of(eid, s.DEFAULT_PARTITIONS)}.{eid}.workflow.finished"
     assert envelope["payload"]["status"] == "success" and envelope["status"] == "success"
 
     # `nats stream view NOETL_EVENTS --subject 'noetl.events.*.<id>.>'`
@@ -92,7 +92,7 @@ async def test_stream_view_sub_stream_info_consumer_info_kv_get(nc, services) ->
     events = [json.loads(base64.b64decode(m["data"])) for m in messages]
     assert [e["name"] for e in events] == [e["name"] for e in out["events"]]
     for m, e in zip(messages, events, strict=True):
-        assert m["subject"] == f"noetl.events.0.{eid}.{e['name']}"
+        assert m["subject"] == f"noetl.events.{s.partition_of(eid, s.DEFAULT_PARTITIONS)}.{eid}.{e['name']}"
         assert headers_of(m)["Nats-Msg-Id"] == e["event_id"]  # the duplicate-window key
         assert e["execution_id"] == eid and e["schema_version"] == 1
 
@@ -115,7 +115,7 @@ async def test_stream_view_sub_stream_info_consumer_info_kv_get(nc, services) ->
     cfg = info["config"]
     assert cfg["durable_name"] == "noetl-worker-default"
     assert cfg["filter_subject"] == "noetl.commands.default"
-    assert cfg["ack_policy"] == "explicit" and cfg["ack_wait"] == 30 * NANOS and cfg["max_deliver"] == 5
+    assert cfg["ack_policy"] == "explicit" and cfg["ack_wait"] == 30 * NANOS and cfg["max_deliver"] == -1
 
     # `nats kv get noetl_catalog path.examples/hello.latest`, then the digest it names
     entry = await api(

@@ -74,3 +74,31 @@ async def test_confirm_proves_trailing_plain_messages_too(nc: Any) -> None:
     await box.confirm()
     assert nc.stats["in_msgs"] - before == 1  # the repeat of the last one, acknowledged
     assert await _stored(js, name) == [0, 1, 2]  # and stored once
+
+
+async def test_a_failed_confirmation_is_settled_by_the_next_one(nc: Any) -> None:
+    """A stream without a leader (here: not there yet) refuses the batch; confirming again once it
+    answers stores every message, plain ones included, once each."""
+    import pytest
+
+    name = f"OUTBOX_{uuid.uuid4().hex[:8].upper()}"
+    box = Outbox(nc, timeout=1.0)
+    await _send(box, name, range(4), ack_last=True)
+    with pytest.raises(Exception):  # noqa: B017 - no responders, or a time-out: both mean "not now"
+        await box.confirm()
+    js = nc.jetstream()
+    await js.add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"]))
+    await box.confirm()
+    assert await _stored(js, name) == list(range(4))
+    await box.confirm()  # nothing left to confirm: no message again
+    assert await _stored(js, name) == list(range(4))
+
+
+async def test_ack_all_asks_an_ack_of_every_message(nc: Any) -> None:
+    js, name = await _stream(nc)
+    box = Outbox(nc, ack_all=True)
+    before = nc.stats["in_msgs"]
+    await _send(box, name, range(5))
+    await box.confirm()
+    assert nc.stats["in_msgs"] - before == 5
+    assert await _stored(js, name) == list(range(5))

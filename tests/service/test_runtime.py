@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from noetl.cli.main import build_parser
+from noetl.events import subjects as s
 from noetl.events.bus import connect
 from noetl.events.credentials import generate_key
 from noetl.events.runtime import RuntimeRegistrar, list_runtime
@@ -98,7 +99,8 @@ async def test_start_operations_registers_server_and_worker(fresh_nats, monkeypa
         by_role = {e["role"]: e for e in entries}
         assert by_role["worker"]["id"] == worker.worker_id.replace(".", "-")
         assert by_role["worker"]["pool"] == "rt" and by_role["worker"]["concurrency"] == 3
-        assert by_role["server"]["http"] == s_ops.api.url and by_role["server"]["partitions"] == [0]
+        assert by_role["server"]["http"] == s_ops.api.url
+        assert by_role["server"]["partitions"] == list(range(s.DEFAULT_PARTITIONS))
     finally:
         await w_ops.stop()
         await s_ops.stop()

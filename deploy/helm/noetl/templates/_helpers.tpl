@@ -106,6 +106,67 @@ chart names it), else nats.url.
 {{- end }}
 
 {{/*
+Servers of the bundled NATS cluster (the official chart's StatefulSet): nats.config.cluster.replicas
+when nats.config.cluster.enabled (that chart's default is 3), else one server.
+*/}}
+{{- define "noetl.natsClusterSize" -}}
+{{- $cluster := dig "config" "cluster" dict .Values.nats }}
+{{- if $cluster.enabled }}
+{{- $cluster.replicas | default 3 | int }}
+{{- else }}
+{{- 1 }}
+{{- end }}
+{{- end }}
+
+{{/*
+Copies JetStream keeps of every NOETL stream, KV bucket and object store (NOETL_REPLICAS):
+jetstream.replicas when set; else, with the bundled NATS, 3 (or its size when smaller); else 1.
+With the bundled NATS a count above its size fails the render: JetStream could never place it.
+An external cluster cannot be checked here; the processes refuse to start against it instead.
+*/}}
+{{- define "noetl.jetstreamReplicas" -}}
+{{- $set := (.Values.jetstream | default dict).replicas }}
+{{- $replicas := 1 }}
+{{- if .Values.nats.enabled }}
+{{- $size := include "noetl.natsClusterSize" . | int }}
+{{- $replicas = min 3 $size }}
+{{- if $set }}
+{{- $replicas = int $set }}
+{{- if gt $replicas $size }}
+{{- fail (printf "jetstream.replicas is %d but the bundled NATS cluster has %d server(s) (nats.config.cluster.enabled/replicas): JetStream cannot keep %d copies on %d server(s); set jetstream.replicas to at most %d, or nats.config.cluster.replicas to at least %d" $replicas $size $replicas $size $size $replicas) }}
+{{- end }}
+{{- end }}
+{{- else if $set }}
+{{- $replicas = int $set }}
+{{- end }}
+{{- $replicas }}
+{{- end }}
+
+{{/*
+Replicas of a worker pool: its replicaCount, else 2 (a lost node leaves the pool a worker).
+Input: the pool.
+*/}}
+{{- define "noetl.poolReplicas" -}}
+{{- ternary .replicaCount 2 (hasKey . "replicaCount") | int }}
+{{- end }}
+
+{{/*
+Preferred pod anti-affinity across nodes (kubernetes.io/hostname) for the pods of one component,
+used when no affinity is configured: replicas land on different nodes whenever there is room.
+Input: (dict "ctx" $ "component" "server"|"worker" "pool" NAME|"")
+*/}}
+{{- define "noetl.spreadAffinity" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "noetl.selectorLabels" . | nindent 12 }}
+{{- end }}
+
+{{/*
 Keys of the chart's own Secret: only the values given inline whose block names no
 existingSecret. Output: YAML map of key -> plain value (empty map when nothing is inline).
 */}}

@@ -145,6 +145,14 @@ class WorkerLostError(NoetlError):
     kind = "worker_lost"
 
 
+class DeploymentError(NoetlError):
+    """A process cannot start against this NATS deployment as configured (a replica count JetStream
+    refuses, a partition count other than the one the event log was set up with). Raised at start,
+    never inside an execution."""
+
+    kind = "deployment_invalid"
+
+
 class RequestInvalidError(NoetlError):
     kind = "request_invalid"
 

@@ -37,8 +37,21 @@ def tls_context() -> ssl.SSLContext | None:
     return ctx
 
 
-async def connect(url: str, *, name: str = "noetl", **opts: Any) -> NATS:
-    """Connect with reconnects forever: a restarted nats-server must not stop a service."""
+def server_urls(url: str | Iterable[str]) -> list[str]:
+    """``nats://a:4222,nats://b:4222`` (or a list) as a list: a process given every node of a
+    cluster starts while any one of them is down, and reconnects to another when its node dies."""
+    parts = url.split(",") if isinstance(url, str) else list(url)
+    urls = [u.strip() for u in parts if u and u.strip()]
+    if not urls:
+        raise ValueError(
+            "no NATS URL given: pass --nats-url nats://HOST:4222 (a comma-separated list for a cluster)"
+        )
+    return urls
+
+
+async def connect(url: str | Iterable[str], *, name: str = "noetl", **opts: Any) -> NATS:
+    """Connect with reconnects forever: a restarted nats-server must not stop a service. The
+    first connect tries every URL given (and again, ``allow_reconnect`` on start-up failure)."""
     kw: dict[str, Any] = {
         "name": name,
         "max_reconnect_attempts": -1,
@@ -59,7 +72,7 @@ async def connect(url: str, *, name: str = "noetl", **opts: Any) -> NATS:
     if tls is not None:
         kw["tls"] = tls
     kw.update(opts)
-    return await nats.connect(url, **kw)
+    return await nats.connect(servers=server_urls(url), **kw)
 
 
 async def publish_all(

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError
+from nats.js.errors import KeyNotFoundError, NoKeysError
 from nats.js.kv import KeyValue
 
 from noetl.dsl.errors import KeychainUnresolvedError
@@ -84,11 +84,9 @@ class CredentialStore:
     async def open(cls, js: JetStreamContext, key: bytes | str | None = None) -> CredentialStore:
         """Open the bucket, creating it when missing; the key as described in the module doc."""
         cipher = _cipher(key)
-        try:
-            kv = await js.key_value(BUCKET)
-        except BucketNotFoundError:
-            kv = await js.create_key_value(bucket=BUCKET, history=5)
-        return cls(kv, cipher)
+        from noetl.events.streams import ensure_kv
+
+        return cls(await ensure_kv(js, BUCKET, history=5), cipher)
 
     @property
     def can_decrypt(self) -> bool:

@@ -19,12 +19,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from noetl.events.envelope import dumps
+from noetl.events.retry import describe, retrying
+
+log = logging.getLogger("noetl.puller")
 
 # statuses that end a pull request normally: its batch or its time is used up
 _ENDED = {"404", "408"}
@@ -179,3 +183,24 @@ def delivered(msg: Msg) -> int:
 def stream_sequence(msg: Msg) -> int:
     tokens, at = _ack_tokens(msg)
     return int(tokens[at + 3])
+
+
+def consumer_sequence(msg: Msg) -> int:
+    """The consumer's own count of deliveries: consecutive unless messages were lost on the way
+    (an ordered reader recreates its consumer at the first gap)."""
+    tokens, at = _ack_tokens(msg)
+    return int(tokens[at + 4])
+
+
+async def ack_stored(msg: Msg, what: str, *, patience: float = 30.0) -> bool:
+    """Acknowledge and wait until JetStream confirms it: a plain ack sent while the consumer elects
+    a leader is lost, and the message comes back after its ack wait to be handled again (harmless,
+    ids are deterministic, but a command would run twice). A repeated ack is answered too, so the
+    retries are safe. False when ``patience`` ran out: the message will be redelivered."""
+    loop = asyncio.get_running_loop()
+    try:
+        await retrying(lambda: msg.ack_sync(timeout=2.0), what, deadline=loop.time() + patience)
+        return True
+    except Exception as e:
+        log.warning("%s: not confirmed (%s); JetStream will deliver it again", what, describe(e))
+        return False

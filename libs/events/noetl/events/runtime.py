@@ -20,8 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nats.js import JetStreamContext
-from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BadRequestError, KeyNotFoundError, NoKeysError, NotFoundError
+from nats.js.errors import KeyNotFoundError, NoKeysError, NotFoundError
 from nats.js.kv import KeyValue
 
 from noetl.events.clock import utc_now
@@ -50,15 +49,9 @@ def process_id() -> str:
 
 async def ensure_runtime_bucket(js: JetStreamContext, ttl: float = DEFAULT_TTL) -> KeyValue:
     """Open the bucket, creating it with ``ttl`` when missing; an existing bucket keeps its TTL."""
-    try:
-        return await js.key_value(RUNTIME_BUCKET)
-    except NotFoundError:
-        pass
-    cfg = KeyValueConfig(bucket=RUNTIME_BUCKET, history=1, ttl=ttl, storage=StorageType.MEMORY)
-    try:
-        return await js.create_key_value(cfg)
-    except BadRequestError:  # another process created it between our look and our create
-        return await js.key_value(RUNTIME_BUCKET)
+    from noetl.events.streams import ensure_kv
+
+    return await ensure_kv(js, RUNTIME_BUCKET, ttl=ttl, memory=True)
 
 
 class RuntimeRegistrar:
@@ -105,8 +98,11 @@ class RuntimeRegistrar:
         await self._kv.put(self.key, json.dumps(self.entry(), default=str).encode())
 
     async def start(self) -> None:
-        self._kv = await ensure_runtime_bucket(self.js, self.ttl)
-        await self.beat()
+        from noetl.events.retry import retrying
+
+        # a bucket just created on a cluster has no leader for a moment: wait it out, do not exit
+        self._kv = await retrying(lambda: ensure_runtime_bucket(self.js, self.ttl), "runtime bucket")
+        await retrying(self.beat, "first runtime heartbeat")
         self._task = asyncio.create_task(self._loop(), name=f"noetl-runtime-{self.key}")
 
     async def _loop(self) -> None:

@@ -8,6 +8,9 @@ still be remembered then.
 
 from __future__ import annotations
 
+import logging
+import os
+
 from nats.js import JetStreamContext
 from nats.js.api import (
     ConsumerConfig,
@@ -16,10 +19,15 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, NotFoundError
+from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 
+from noetl.dsl.errors import DeploymentError
 from noetl.events import subjects as s
+from noetl.events.retry import is_transient, retrying
+
+log = logging.getLogger("noetl.streams")
 
 DUPLICATE_WINDOW = 30 * 60.0  # seconds
 
@@ -56,53 +64,169 @@ def stream_configs(replicas: int = 1) -> list[StreamConfig]:
     ]
 
 
-async def _ensure_stream(js: JetStreamContext, cfg: StreamConfig) -> None:
+def replicas_wanted(replicas: int | None = None) -> int | None:
+    """The replica count asked for: the argument, else ``NOETL_REPLICAS``, else None (create R1 and
+    leave existing ones as they are, so a process started without the setting never shrinks a
+    replicated deployment)."""
+    if replicas is None:
+        env = os.environ.get("NOETL_REPLICAS", "").strip()
+        if not env:
+            return None
+        try:
+            replicas = int(env)
+        except ValueError:
+            raise DeploymentError(f"NOETL_REPLICAS={env!r} is not a whole number; set 1, 3 or 5") from None
+    if not 1 <= replicas <= 5:
+        raise DeploymentError(
+            f"replicas {replicas}: JetStream keeps 1 to 5 copies of a stream; use the NATS cluster's "
+            "size (3 for a 3-node cluster)"
+        )
+    return replicas
+
+
+# JetStream's answers to a replica count it can never place: insufficient resources (10023), more
+# than one replica on a server that is not clustered (10074). "No suitable peers" (10005) is waited
+# out instead: a cluster that is still starting its nodes answers that too
+_PLACEMENT_ERR_CODES = frozenset({10023, 10074})
+
+
+def _placement_error(name: str, want: int, e: APIError) -> DeploymentError:
+    return DeploymentError(
+        f"JetStream cannot keep {want} copies of {name} ({e.description or e}): NOETL_REPLICAS "
+        f"(--replicas) must not exceed the number of JetStream nodes that are up; set it to the NATS "
+        "cluster's size (1 for a single nats-server), or start the missing nodes"
+    )
+
+
+async def _reconcile_replicas(js: JetStreamContext, name: str, want: int | None) -> None:
+    """Bring an existing stream (a KV bucket and an object store are streams too) to ``want``
+    copies; JetStream moves the data itself. Refused changes name the command that does it."""
+    if want is None:
+        return
+    info = await js.stream_info(name)
+    have = info.config.num_replicas or 1
+    if have == want:
+        return
+    log.warning("stream %s has %d replicas; changing it to %d (NOETL_REPLICAS)", name, have, want)
+    try:
+        await js.update_stream(info.config.evolve(num_replicas=want))
+    except APIError as e:
+        if is_transient(e) and e.err_code not in _PLACEMENT_ERR_CODES:
+            raise
+        raise DeploymentError(
+            f"stream {name} has {have} replicas and NOETL_REPLICAS asks for {want}, but JetStream "
+            f"refused the change ({e.description or e}); run `nats stream edit {name} --replicas {want}` "
+            f"against the cluster, or set NOETL_REPLICAS={have} (a replica count above the number of "
+            "JetStream nodes is never possible)"
+        ) from e
+
+
+async def ensure_stream(js: JetStreamContext, cfg: StreamConfig, want: int | None) -> None:
+    """Create ``cfg`` when missing; an existing stream is brought to ``want`` copies."""
     try:
         await js.stream_info(cfg.name)
     except NotFoundError:
         try:
             await js.add_stream(cfg)
+            return
         except BadRequestError:
-            # another service created it between our look and our create
-            await js.stream_info(cfg.name)
+            await js.stream_info(cfg.name)  # another service created it between our look and create
+        except APIError as e:
+            if e.err_code in _PLACEMENT_ERR_CODES:
+                raise _placement_error(cfg.name, cfg.num_replicas or 1, e) from e
+            raise
+    await _reconcile_replicas(js, cfg.name, want)
 
 
-async def ensure_all(js: JetStreamContext, replicas: int = 1) -> None:
-    for cfg in stream_configs(replicas):
-        await _ensure_stream(js, cfg)
-    for bucket, history in ((s.ITER_BUCKET, 1), (s.CATALOG_BUCKET, 1), (s.SERVER_BUCKET, 1)):
-        await ensure_kv(js, bucket, history=history, replicas=replicas)
-    for bucket in (s.RESULTS_BUCKET, s.CATALOG_OBJECT_BUCKET):
-        await ensure_object_store(js, bucket, replicas=replicas)
+async def ensure_all(
+    js: JetStreamContext, replicas: int | None = None, *, deadline: float | None = None
+) -> None:
+    """Every stream, bucket and object store, with ``replicas`` copies (see ``replicas_wanted``).
+
+    Retried while the cluster elects leaders (a service may start before its NATS cluster is
+    ready); ``deadline`` (loop time) bounds that for one-shot commands.
+    """
+    want = replicas_wanted(replicas)
+
+    async def once() -> None:
+        for cfg in stream_configs(want or 1):
+            await ensure_stream(js, cfg, want)
+        for bucket, history in ((s.ITER_BUCKET, 1), (s.CATALOG_BUCKET, 1), (s.SERVER_BUCKET, 1)):
+            await ensure_kv(js, bucket, history=history, replicas=want)
+        for bucket in (s.RESULTS_BUCKET, s.CATALOG_OBJECT_BUCKET):
+            await ensure_object_store(js, bucket, replicas=want)
+
+    await retrying(once, "declaring streams and buckets", deadline=deadline)
 
 
 async def ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerConfig) -> None:
-    """A durable consumer shared by every replica: created by whichever replica comes first; an
-    existing one is kept as it is (its delivery state is what the replicas share)."""
+    """A durable consumer shared by every replica: created by whichever replica comes first. An
+    existing one keeps its delivery state (what the replicas share) and takes this version's
+    redelivery settings: an older one's ``max_deliver`` 5 dropped commands nak'ed through an
+    election."""
+    name = config.durable_name or ""
     try:
-        await js.consumer_info(stream, config.durable_name or "")
+        info = await js.consumer_info(stream, name)
     except NotFoundError:
         try:
             await js.add_consumer(stream, config)
+            return
         except BadRequestError:
-            await js.consumer_info(stream, config.durable_name or "")  # another replica won the race
+            info = await js.consumer_info(stream, name)  # another replica won the race
+    have = info.config
+    if (have.max_deliver, have.ack_wait) != (config.max_deliver, config.ack_wait):
+        await js.add_consumer(stream, have.evolve(max_deliver=config.max_deliver, ack_wait=config.ack_wait))
 
 
-async def ensure_kv(js: JetStreamContext, bucket: str, *, history: int = 1, replicas: int = 1):
+async def ensure_kv(
+    js: JetStreamContext,
+    bucket: str,
+    *,
+    history: int = 1,
+    replicas: int | None = None,
+    ttl: float | None = None,
+    memory: bool = False,
+) -> KeyValue:
+    """Open a bucket, creating it when missing; an existing one is brought to ``replicas`` copies
+    (``NOETL_REPLICAS`` when None), its other settings kept."""
+    want = replicas_wanted(replicas)
     try:
-        return await js.key_value(bucket)
+        kv = await js.key_value(bucket)
     except NotFoundError:
-        return await js.create_key_value(
-            KeyValueConfig(bucket=bucket, history=history, replicas=replicas, storage=StorageType.FILE)
+        cfg = KeyValueConfig(
+            bucket=bucket,
+            history=history,
+            replicas=want or 1,
+            ttl=ttl,
+            storage=StorageType.MEMORY if memory else StorageType.FILE,
         )
+        try:
+            return await js.create_key_value(cfg)
+        except BadRequestError:
+            kv = await js.key_value(bucket)  # another service created it first
+        except APIError as e:
+            if e.err_code in _PLACEMENT_ERR_CODES:
+                raise _placement_error(f"KV_{bucket}", want or 1, e) from e
+            raise
+    await _reconcile_replicas(js, f"KV_{bucket}", want)
+    return kv
 
 
-async def ensure_object_store(js: JetStreamContext, bucket: str, *, replicas: int = 1) -> ObjectStore:
+async def ensure_object_store(
+    js: JetStreamContext, bucket: str, *, replicas: int | None = None
+) -> ObjectStore:
+    want = replicas_wanted(replicas)
     try:
-        return await js.object_store(bucket)
+        obs = await js.object_store(bucket)
     except NotFoundError:
         try:
             # the name goes first: nats-py drops a bucket given only inside ObjectStoreConfig
-            return await js.create_object_store(bucket, replicas=replicas)
+            return await js.create_object_store(bucket, replicas=want or 1)
         except BadRequestError:
-            return await js.object_store(bucket)  # another service created it first
+            obs = await js.object_store(bucket)  # another service created it first
+        except APIError as e:
+            if e.err_code in _PLACEMENT_ERR_CODES:
+                raise _placement_error(f"OBJ_{bucket}", want or 1, e) from e
+            raise
+    await _reconcile_replicas(js, f"OBJ_{bucket}", want)
+    return obs

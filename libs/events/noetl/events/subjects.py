@@ -25,6 +25,10 @@ CATALOG_BUCKET = "noetl_catalog"
 CATALOG_OBJECT_BUCKET = "noetl_catalog"
 CREDENTIALS_BUCKET = "noetl_credentials"
 SERVER_BUCKET = "noetl_server"
+# partition leases and server membership (TTL'd keys): which replica decides for which partition
+LEASES_BUCKET = "noetl_leases"
+PARTITIONS_KEY = "config.partitions"
+DEFAULT_PARTITIONS = 8
 RESULTS_BUCKET = "noetl_results"
 
 DEFAULT_POOL = "default"
@@ -46,6 +50,16 @@ def partition_of(execution_id: str, partitions: int = 1) -> int:
     if partitions <= 1:
         return 0
     return int(execution_id[:8], 16) % partitions
+
+
+def checkpoint_key(partition: int) -> str:
+    """The key in ``SERVER_BUCKET`` holding the stream sequence a partition has decided up to."""
+    return f"checkpoint.p{partition}"
+
+
+def kv_subject(bucket: str, key: str) -> str:
+    """A KV put is a publish to this subject: for writes nobody needs to wait for."""
+    return f"$KV.{bucket}.{key}"
 
 
 def event_subject(partition: int, execution_id: str, name: str) -> str:

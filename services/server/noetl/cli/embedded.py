@@ -78,7 +78,7 @@ async def run_embedded(
         catalog = await Catalog.open(js)
         if catalog_dir:
             await register_catalog_dir(catalog, catalog_dir)
-        server = Server(nc, credentials=creds)
+        server = Server(nc, credentials=creds, leases=False)  # the only server of a private NATS
         worker = Worker(nc, credentials=creds, concurrency=32)
         await server.start()
         await worker.start()

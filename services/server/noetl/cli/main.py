@@ -127,18 +127,32 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return run(args.out)
 
 
-async def _serve(args: argparse.Namespace, role: str) -> None:
+async def _connect_service(url: str, name: str) -> Any:
+    """A service waits for NATS instead of exiting: in a cluster it starts before its nodes do."""
+    import logging
+
+    from nats.errors import NoServersError
+
     from noetl.events.bus import connect
 
-    nc = await connect(args.nats_url, name=f"noetl-{role}")
+    while True:
+        try:
+            return await connect(url, name=name)
+        except (NoServersError, OSError, TimeoutError) as e:
+            logging.getLogger("noetl").warning("NATS at %s not reachable (%s); trying again", url, e)
+            await asyncio.sleep(1.0)
+
+
+async def _serve(args: argparse.Namespace, role: str) -> None:
+    nc = await _connect_service(args.nats_url, f"noetl-{role}")
     if role == "server":
         from noetl.server.service import Server
 
-        svc: Any = Server(nc, partitions=args.partitions)
+        svc: Any = Server(nc, partitions=args.partitions, replicas=args.replicas)
     else:
         from noetl.worker.service import Worker
 
-        svc = Worker(nc, pool=args.pool, concurrency=args.concurrency)
+        svc = Worker(nc, pool=args.pool, concurrency=args.concurrency, replicas=args.replicas)
     await svc.start()
     from noetl.server.api.launch import start_operations
 
@@ -165,14 +179,34 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
         await nc.close()
 
 
-def cmd_server(args: argparse.Namespace) -> int:
-    asyncio.run(_serve(args, "server"))
+def _run_service(args: argparse.Namespace, role: str) -> int:
+    from noetl.dsl.errors import DeploymentError
+
+    try:
+        asyncio.run(_serve(args, role))
+    except DeploymentError as e:
+        print(f"noetl {role}: {e.message}", file=sys.stderr)
+        return 2
     return 0
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    return _run_service(args, "server")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    asyncio.run(_serve(args, "worker"))
-    return 0
+    return _run_service(args, "worker")
+
+
+def _add_replicas(p: argparse.ArgumentParser) -> None:
+    env = os.environ.get("NOETL_REPLICAS")
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=int(env) if env and env.strip().isdigit() else None,
+        help="copies of every stream, KV bucket and object store (NOETL_REPLICAS): the JetStream "
+        "cluster's size, e.g. 3; existing ones are changed to it. Unset: created with 1, left as they are",
+    )
 
 
 async def _exec(args: argparse.Namespace) -> dict[str, Any]:
@@ -271,8 +305,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_schema)
 
     p = sub.add_parser("server", help="run the control plane")
-    p.add_argument("--nats-url", default=nats_url)
-    p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("--nats-url", default=nats_url, help="NATS URL, or a comma-separated list of a cluster's")
+    partitions = os.environ.get("NOETL_PARTITIONS")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=int(partitions) if partitions and partitions.strip().isdigit() else None,
+        help="partitions of the event log, split between server replicas (NOETL_PARTITIONS); fixed "
+        "when the log is first used (default 8), later only that count is accepted",
+    )
+    _add_replicas(p)
     p.add_argument(
         "--http-port",
         type=int,
@@ -283,7 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_server)
 
     p = sub.add_parser("worker", help="run a worker for a pool")
-    p.add_argument("--nats-url", default=nats_url)
+    p.add_argument("--nats-url", default=nats_url, help="NATS URL, or a comma-separated list of a cluster's")
+    _add_replicas(p)
     p.add_argument("--pool", default="default")
     p.add_argument("--concurrency", type=int, default=16)
     p.set_defaults(fn=cmd_worker)

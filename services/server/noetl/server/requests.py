@@ -102,12 +102,16 @@ class RequestHandler:
 
     async def _already_requested(self, execution_id: str) -> bool:
         """The same request id runs once, also after JetStream's duplicate window has passed."""
+        return await self._partition_of_recorded(execution_id) is not None
+
+    async def _partition_of_recorded(self, execution_id: str) -> int | None:
+        """The partition an execution was recorded in (its request event's subject), or None."""
         subject = s.execution_event_filter(execution_id, "playbook.execution.requested")
         try:
-            await self.js.get_last_msg(s.EVENTS_STREAM, subject)
+            msg = await self.js.get_last_msg(s.EVENTS_STREAM, subject)
         except NotFoundError:
-            return False
-        return True
+            return None
+        return s.parse_event_subject(msg.subject or "")[0] if msg.subject else None
 
     async def cancel(self, data: bytes) -> dict[str, Any]:
         """Record a cancel request as an engine input; the engine decides what it stops."""
@@ -117,7 +121,10 @@ class RequestHandler:
         except (ValueError, KeyError, TypeError):
             log.warning('cancel request ignored: it needs {"execution_id": ...}')
             return {"error": {"kind": "request_invalid", "message": "cancel needs execution_id"}}
-        partition = s.partition_of(execution_id, self.partitions)
+        # the execution's own partition, whatever the count was when it started
+        partition = await self._partition_of_recorded(execution_id)
+        if partition is None:
+            partition = s.partition_of(execution_id, self.partitions)
         event = make_event(
             event_id=derive_id("cancel", execution_id),
             execution_id=execution_id,

@@ -6,6 +6,10 @@ checkpoint (the stream sequence of the last input whose outputs are stored) adva
 their acks. After a restart the server resumes after the checkpoint: an execution it no longer has
 in memory is rebuilt by folding its inputs that precede the current one, and the decisions it
 recomputes carry the ids they had before, so JetStream drops the ones already stored.
+
+Several replicas split the partitions through leases (``noetl.server.leases``): a replica reads
+and decides for a partition only while it holds that partition's lease. Every replica serves
+requests (a shared durable consumer), the NATS service and the HTTP API.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import KeyNotFoundError, NotFoundError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 
+from noetl.dsl.errors import DeploymentError
 from noetl.engine import ExecutionState, decide, is_input, new_state
 from noetl.engine.fold import replay
 from noetl.events import subjects as s
@@ -28,8 +33,11 @@ from noetl.events.catalog import Catalog
 from noetl.events.envelope import dumps, loads
 from noetl.events.outbox import Outbox
 from noetl.events.publisher import Publisher, ignore_result
-from noetl.events.puller import Puller, stream_sequence
-from noetl.events.streams import ensure_all, ensure_consumer
+from noetl.events.puller import Puller, PullError, ack_stored, consumer_sequence, stream_sequence
+from noetl.events.retry import describe, is_transient, retrying
+from noetl.events.runtime import process_id
+from noetl.events.streams import ensure_all, ensure_consumer, replicas_wanted
+from noetl.server.leases import PartitionLeases
 from noetl.server.requests import RequestHandler
 
 log = logging.getLogger("noetl.server")
@@ -38,41 +46,90 @@ BATCH = 256
 CHECKPOINT_EVERY = 0.1  # seconds
 # events someone waits for (clients follow an execution to its end): acknowledged one by one
 _WAITED_FOR = frozenset({"workflow.finished", "playbook.processed"})
+# a partition reader idle this long asks whether its consumer still exists (its node may be gone)
+_CONSUMER_CHECK_EVERY = 3.0
 
 
 class Server:
     def __init__(
-        self, nc: NATS, *, partitions: int = 1, owned: list[int] | None = None, credentials: Any = None
+        self,
+        nc: NATS,
+        *,
+        partitions: int | None = None,
+        owned: list[int] | None = None,
+        credentials: Any = None,
+        replicas: int | None = None,
+        lease_ttl: float | None = None,
+        leases: bool = True,
     ) -> None:
+        """``partitions`` None takes the count recorded in JetStream (``DEFAULT_PARTITIONS`` on a new
+        deployment). The partitions this server decides for come from the leases; ``owned`` fixes
+        them instead, and ``leases=False`` takes them all (a private NATS with one server)."""
         self.nc = nc
         self.js = nc.jetstream()
-        self.partitions = partitions
-        self.owned = owned if owned is not None else list(range(partitions))
+        self._partitions_arg = partitions
+        self.partitions = partitions or s.DEFAULT_PARTITIONS
+        self._static = owned
+        self._all = not leases
+        self.replicas = replicas
+        self._ack_all = (replicas_wanted(replicas) or 1) > 1  # see Outbox: replicated streams
+        self.lease_ttl = lease_ttl
+        self.member = process_id()
         self.credentials = credentials
         self.states: dict[str, ExecutionState] = {}
+        self._state_partition: dict[str, int] = {}
+        self._loops: dict[int, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self.decided = 0
         self._unsaved: dict[int, int] = {}  # partition -> stored stream sequence not checkpointed yet
         self._next_save: dict[int, float] = {}
+        self._readers = 0  # consumers created, for unique names
+        self.leases: PartitionLeases | None = None
         # sees every input the engine decides on and every event it writes (metrics)
         self.observer: Callable[[dict[str, Any]], None] | None = None
 
+    @property
+    def owned(self) -> list[int]:
+        return sorted(self._loops)
+
     async def start(self) -> None:
-        await ensure_all(self.js)
+        await ensure_all(self.js, self.replicas)
         if self.credentials is None:
             from noetl.events.credentials import CredentialStore
 
-            self.credentials = await CredentialStore.open(self.js, None)
-        self.catalog = await Catalog.open(self.js)
-        self.kv = await self.js.key_value(s.SERVER_BUCKET)
+            self.credentials = await retrying(
+                lambda: CredentialStore.open(self.js, None), "opening credentials"
+            )
+        self.catalog = await retrying(lambda: Catalog.open(self.js), "opening the catalog")
+        self.kv = await retrying(lambda: self.js.key_value(s.SERVER_BUCKET), "opening noetl_server")
+        self.partitions = await retrying(self._settle_partitions, "reading the partition count")
         self.requests = RequestHandler(self.js, self.catalog, self.credentials, self.partitions)
+        for p in range(self.partitions):  # readers of versions before the leases: durable, now unused
+            with contextlib.suppress(Exception):
+                await self.nc.publish(f"$JS.API.CONSUMER.DELETE.{s.EVENTS_STREAM}.noetl-server-p{p}", b"")
         self._tasks.append(asyncio.create_task(self._request_loop(), name="noetl-requests"))
-        for p in self.owned:
-            self._tasks.append(asyncio.create_task(self._partition_loop(p), name=f"noetl-partition-{p}"))
+        if self._static is not None or self._all:
+            for p in self._static if self._static is not None else range(self.partitions):
+                await self._start_partition(p)
+        else:
+            self.leases = PartitionLeases(
+                self.js,
+                self.member,
+                self.partitions,
+                on_acquire=self._start_partition,
+                on_release=self._stop_partition,
+                ttl=self.lease_ttl,
+                replicas=self.replicas,
+            )
+            await self.leases.start()
 
     async def stop(self) -> None:
         self._stopping.set()
+        if self.leases is not None:
+            await self.leases.stop()  # every partition handed over: loops stopped, keys deleted
+        for p in list(self._loops):
+            await self._stop_partition(p)
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -80,21 +137,62 @@ class Server:
                 await t
         self._tasks.clear()
 
+    async def _settle_partitions(self) -> int:
+        """The partition count is fixed when the event log is first used: every replica must map an
+        execution id to the same partition, and the workers publish to the partition a command
+        names. A different ``--partitions`` later is refused rather than splitting the log."""
+        try:
+            recorded: int | None = int((await self.kv.get(s.PARTITIONS_KEY)).value or b"0") or None
+        except KeyNotFoundError:
+            recorded = None
+        if recorded is None:
+            want = self._partitions_arg or s.DEFAULT_PARTITIONS
+            try:
+                await self.kv.create(s.PARTITIONS_KEY, str(want).encode())
+                return want
+            except KeyWrongLastSequenceError:  # another replica recorded it first
+                recorded = int((await self.kv.get(s.PARTITIONS_KEY)).value or b"0")
+        if self._partitions_arg is not None and self._partitions_arg != recorded:
+            raise DeploymentError(
+                f"--partitions {self._partitions_arg}: this event log was set up with {recorded} partitions "
+                f"(key {s.PARTITIONS_KEY} of KV bucket {s.SERVER_BUCKET}); start every server with "
+                f"--partitions {recorded}, or leave --partitions out to use the recorded count"
+            )
+        return recorded
+
+    async def _start_partition(self, partition: int) -> None:
+        if partition not in self._loops:
+            self._loops[partition] = asyncio.create_task(
+                self._partition_loop(partition), name=f"noetl-partition-{partition}"
+            )
+
+    async def _stop_partition(self, partition: int) -> None:
+        """Stop deciding for ``partition`` and forget its executions: while another replica owns it
+        they advance, so what this one holds in memory is stale by the time it owns it again."""
+        task = self._loops.pop(partition, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for eid in [e for e, p in self._state_partition.items() if p == partition]:
+            self.states.pop(eid, None)
+            self._state_partition.pop(eid, None)
+
+    def _may_decide(self, partition: int) -> bool:
+        return self.leases is None or self.leases.valid(partition)
+
     # --- requests ------------------------------------------------------------------------
 
     async def _request_loop(self) -> None:
         durable = "noetl-server-requests"
-        await ensure_consumer(
-            self.js,
-            s.REQUESTS_STREAM,
-            ConsumerConfig(
-                durable_name=durable,
-                filter_subject=s.REQUESTS_FILTER,
-                ack_policy=AckPolicy.EXPLICIT,
-                ack_wait=30,
-                max_deliver=5,
-            ),
+        config = ConsumerConfig(
+            durable_name=durable,
+            filter_subject=s.REQUESTS_FILTER,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=30,
+            max_deliver=5,
         )
+        await retrying(lambda: ensure_consumer(self.js, s.REQUESTS_STREAM, config), "request consumer")
         puller = await Puller(self.nc, s.REQUESTS_STREAM, durable).start()
         try:
             while not self._stopping.is_set():
@@ -113,70 +211,119 @@ class Server:
                 await puller.stop(nak=True)  # requests delivered and not handled: to the next server now
 
     async def _request(self, m: Any) -> None:
+        """Recorded with the same ids until it is stored (through an election, holding the message
+        with in-progress acks), then acknowledged; only a failure of its own is nak'ed."""
         msg_id = (m.headers or {}).get("Nats-Msg-Id")
-        try:
+
+        async def attempt() -> Any:
             if m.subject == s.CANCEL_SUBJECT:
-                await self.requests.cancel(m.data)
-            else:
-                await self.requests.handle(m.data, msg_id)
+                return await self.requests.cancel(m.data)
+            return await self.requests.handle(m.data, msg_id)
+
+        holding = asyncio.create_task(_hold(m))
+        try:
+            await retrying(attempt, "recording a request")
         except Exception:
             log.exception("request handling failed; it will be redelivered")
             with contextlib.suppress(Exception):
                 await m.nak(delay=1)
             return
-        await m.ack()
+        finally:
+            holding.cancel()
+        await ack_stored(m, "acknowledging a request")
 
     # --- engine inputs -------------------------------------------------------------------
 
     async def _checkpoint(self, partition: int) -> int:
         try:
-            e = await self.kv.get(f"checkpoint.p{partition}")
+            e = await self.kv.get(s.checkpoint_key(partition))
             return int(e.value or b"0")
         except KeyNotFoundError:
             return 0
 
     async def _partition_loop(self, partition: int) -> None:
-        """Read the partition's inputs in order with a durable pull consumer of our own.
+        """Decide the partition's inputs in stream order, from the checkpoint on, while we own it.
 
-        The consumer is recreated from the checkpoint at start (so nothing after the checkpoint is
-        skipped however the last process died) and is file-backed (so it survives a nats-server
-        restart). It needs no acks: the checkpoint is the acknowledgement. An input delivered twice
+        The reader is an ordered consumer (``_read_from``): whatever breaks it (its node gone, a
+        message lost on the way, an election) ends it, and a new one starts after the last input
+        decided. It needs no acks: the checkpoint is the acknowledgement. An input delivered twice
         is harmless: the engine ignores an input for a run that already ended.
         """
-        name = f"noetl-server-p{partition}"
-        start = await self._checkpoint(partition)
-        with contextlib.suppress(NotFoundError):
-            await self.js.delete_consumer(s.EVENTS_STREAM, name)
-        await self.js.add_consumer(
-            s.EVENTS_STREAM,
-            ConsumerConfig(
-                durable_name=name,
-                ack_policy=AckPolicy.NONE,
-                filter_subjects=s.partition_input_filters(partition),
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start else DeliverPolicy.ALL,
-                opt_start_seq=start + 1 if start else None,
-            ),
-        )
-        puller = await Puller(self.nc, s.EVENTS_STREAM, name, batch=BATCH).start()
+        loop = asyncio.get_running_loop()
+        start = await retrying(lambda: self._checkpoint(partition), f"partition {partition}: checkpoint") + 1
+        delay = 0.1
         try:
-            while not self._stopping.is_set():
+            while not self._stopping.is_set() and self._may_decide(partition):
+                began = loop.time()
                 try:
-                    batch = await puller.fetch(BATCH, wait=1.0)
+                    start = await self._read_from(partition, start)
                 except asyncio.CancelledError:
                     raise
-                except Exception as e:  # NATS restarting: the durable consumer is still there after
-                    log.warning("event fetch failed (%s); retrying", e)
-                    await asyncio.sleep(0.2)
-                    continue
-                if batch:
-                    await self._process_batch(partition, batch)
-                else:
-                    await self._checkpoint_to(partition, None, now=True)
+                except Exception as e:
+                    (log.info if is_transient(e) or isinstance(e, PullError) else log.exception)(
+                        "partition %d: reader stopped (%s); a new one starts at %d",
+                        partition,
+                        describe(e),
+                        start,
+                    )
+                    delay = 0.1 if loop.time() - began > 5 else min(delay * 2, 2.0)
+                    await asyncio.sleep(delay)
         finally:
             with contextlib.suppress(Exception):
                 await self._checkpoint_to(partition, None, now=True)
+
+    async def _read_from(self, partition: int, start: int) -> int:
+        """Read from stream sequence ``start`` until the consumer breaks; returns where to go on."""
+        self._readers += 1
+        name = f"noetl-server-p{partition}-{self.member}-{self._readers}"
+        cfg = ConsumerConfig(
+            name=name,
+            ack_policy=AckPolicy.NONE,
+            filter_subjects=s.partition_input_filters(partition),
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=start,
+            mem_storage=True,
+            num_replicas=1,
+            inactive_threshold=30.0,
+        )
+        await retrying(lambda: self.js.add_consumer(s.EVENTS_STREAM, cfg), f"partition {partition}: reader")
+        loop = asyncio.get_running_loop()
+        puller = await Puller(self.nc, s.EVENTS_STREAM, name, batch=BATCH).start()
+        expected = 1
+        idle_since = loop.time()
+        try:
+            while not self._stopping.is_set() and self._may_decide(partition):
+                batch = await puller.fetch(BATCH, wait=1.0)
+                if not batch:
+                    await self._checkpoint_to(partition, None, now=True)
+                    if loop.time() - idle_since >= _CONSUMER_CHECK_EVERY:
+                        idle_since = loop.time()
+                        try:
+                            await self.js.consumer_info(s.EVENTS_STREAM, name, timeout=2.0)
+                        except NotFoundError:
+                            return start  # gone with its node: read again from where we are
+                        except Exception as e:
+                            if not is_transient(e):
+                                raise
+                    continue
+                idle_since = loop.time()
+                good = []
+                for m in batch:
+                    if consumer_sequence(m) != expected:
+                        break  # a message lost on the way: never decide past a gap
+                    expected += 1
+                    good.append(m)
+                if good:
+                    await self._process_batch(partition, good)
+                    start = stream_sequence(good[-1]) + 1
+                if len(good) < len(batch):
+                    log.warning("partition %d: a gap in the inputs; reading again from %d", partition, start)
+                    return start
+            return start
+        finally:
+            await puller.stop()
             with contextlib.suppress(Exception):
-                await puller.stop()
+                await self.nc.publish(f"$JS.API.CONSUMER.DELETE.{s.EVENTS_STREAM}.{name}", b"")
 
     async def _process_batch(self, partition: int, batch: list[Any]) -> None:
         out: list[tuple[str, bytes, str, bool]] = []
@@ -194,7 +341,7 @@ class Server:
             if not isinstance(event, dict) or not is_input(event):
                 continue
             try:
-                decision = await self._decide(event, last_seq)
+                decision = await self._decide(event, last_seq, partition)
             except Exception:
                 log.exception(
                     "engine failed on event %s (%s); ignored", event.get("event_id"), event.get("name")
@@ -219,6 +366,7 @@ class Server:
         self.decided += len(batch)
         for eid in [e for e, st in self.states.items() if st.finished]:
             st = self.states.pop(eid)
+            self._state_partition.pop(eid, None)
             log.info(
                 "execution finished",
                 extra={"execution_id": eid, "status": st.status, "playbook": st.playbook.metadata.path},
@@ -250,7 +398,7 @@ class Server:
                 obs = await self.js.object_store(s.RESULTS_BUCKET)
                 for key, data in objects:
                     await obs.put(key, data)
-            outbox = Outbox(self.nc, confirm_every=None)
+            outbox = Outbox(self.nc, confirm_every=None, ack_all=self._ack_all)
             last = len(events) - 1
             for i, (subject, data, msg_id, waited_for) in enumerate(events):
                 await outbox.send(subject, data, msg_id, ack=waited_for or i == last)
@@ -275,7 +423,7 @@ class Server:
         if partition not in self._unsaved or not (now or loop_now >= self._next_save.get(partition, 0.0)):
             return
         self._next_save[partition] = loop_now + CHECKPOINT_EVERY
-        key = f"$KV.{s.SERVER_BUCKET}.checkpoint.p{partition}"
+        key = s.kv_subject(s.SERVER_BUCKET, s.checkpoint_key(partition))
         await self.nc.publish(key, str(self._unsaved.pop(partition)).encode())
 
     async def _purge_snapshots(self, loops: list[tuple[str, str]]) -> None:
@@ -302,20 +450,23 @@ class Server:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    async def _decide(self, event: dict[str, Any], seq: int) -> Any:
+    async def _decide(self, event: dict[str, Any], seq: int, partition: int) -> Any:
         eid = event.get("execution_id")
         if not isinstance(eid, str):
             return None
         state = self.states.get(eid)
         if state is None:
             if event["name"] == "playbook.execution.requested":
-                state = new_state(await self.catalog.with_playbook_text(event))
+                state = new_state(
+                    await retrying(lambda: self.catalog.with_playbook_text(event), "reading a playbook")
+                )
             else:
-                state = await self._rebuild(eid, seq)
+                state = await retrying(lambda: self._rebuild(eid, seq), f"rebuilding {eid}")
                 if state is None:
                     log.warning("event %s for unknown execution %s ignored", event.get("event_id"), eid)
                     return None
             self.states[eid] = state
+            self._state_partition[eid] = partition
         elif event["name"] == "playbook.execution.requested":
             return None  # a repeated request event: already started
         if state.finished:
@@ -328,3 +479,11 @@ class Server:
         )
         state, _ = replay([await self.catalog.with_playbook_text(e) for _, e in msgs])
         return state
+
+
+async def _hold(msg: Any, every: float = 10.0) -> None:
+    """In-progress acks while a message is being handled, so its ack wait does not run out."""
+    while True:
+        await asyncio.sleep(every)
+        with contextlib.suppress(Exception):
+            await msg.in_progress()

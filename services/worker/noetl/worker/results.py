@@ -15,6 +15,7 @@ from noetl.events import subjects as s
 from noetl.events.envelope import dumps
 from noetl.events.objects import resolve
 from noetl.events.refs import is_reference, make_reference
+from noetl.events.retry import retrying
 
 __all__ = ["externalize", "is_reference", "resolve"]
 
@@ -27,6 +28,10 @@ async def externalize(js: JetStreamContext, value: Any, key: str, limit: int = D
     data = dumps(value)
     if len(data) <= limit:
         return value
-    obs = await js.object_store(s.RESULTS_BUCKET)
-    await obs.put(key, data)
+
+    async def store() -> None:
+        obs = await js.object_store(s.RESULTS_BUCKET)
+        await obs.put(key, data)
+
+    await retrying(store, f"storing result {key}")  # the same key again: the object is replaced whole
     return make_reference(key, data)

@@ -39,8 +39,9 @@ from noetl.events.histogram import Histogram
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
 from noetl.events.outbox import Outbox
-from noetl.events.puller import Puller, delivered
-from noetl.events.streams import ensure_all, ensure_consumer
+from noetl.events.puller import Puller, ack_stored, delivered
+from noetl.events.retry import is_transient, retrying
+from noetl.events.streams import ensure_all, ensure_consumer, replicas_wanted
 from noetl.worker.pipeline import Pipeline, RunResult, Snapshot
 from noetl.worker.results import externalize
 
@@ -48,7 +49,9 @@ log = logging.getLogger("noetl.worker")
 
 # The lease: a command not acked or touched (in-progress ack) within ACK_WAIT goes to another worker.
 ACK_WAIT = float(os.environ.get("NOETL_ACK_WAIT", "30"))
-# A command delivered this many times keeps killing workers: it ends as worker_lost instead.
+# A command delivered this many times keeps killing workers: it ends as worker_lost instead. The
+# worker decides that, not JetStream: the consumer delivers without limit, so a command is never
+# dropped unanswered (a worker_lost event that cannot be stored is tried again at the next delivery).
 MAX_DELIVER = int(os.environ.get("NOETL_MAX_DELIVER", "5"))
 _CANCELLED_KEEP = 10_000
 # JetStream refuses messages over 1 MiB; leave room for the envelope
@@ -58,9 +61,17 @@ _NO_SECRETS = Masker()  # a playbook without a keychain masks nothing: no masker
 
 class Worker:
     def __init__(
-        self, nc: NATS, *, pool: str = s.DEFAULT_POOL, concurrency: int = 16, credentials: Any = None
+        self,
+        nc: NATS,
+        *,
+        pool: str = s.DEFAULT_POOL,
+        concurrency: int = 16,
+        credentials: Any = None,
+        replicas: int | None = None,
     ) -> None:
         self.nc, self.js = nc, nc.jetstream()
+        self.replicas = replicas
+        self._ack_all = (replicas_wanted(replicas) or 1) > 1  # see Outbox: replicated streams
         self.pool, self.concurrency = pool, concurrency
         self.credentials = credentials
         self._running: set[asyncio.Task[None]] = set()
@@ -83,13 +94,15 @@ class Worker:
         self._cancel_sub: Any = None
 
     async def start(self) -> None:
-        await ensure_all(self.js)
+        await ensure_all(self.js, self.replicas)  # waits out a cluster still electing its leaders
         if self.credentials is None:
             from noetl.events.credentials import CredentialStore
 
-            self.credentials = await CredentialStore.open(self.js, None)
-        self.catalog = await Catalog.open(self.js)
-        self.iter_kv = await self.js.key_value(s.ITER_BUCKET)
+            self.credentials = await retrying(
+                lambda: CredentialStore.open(self.js, None), "opening credentials"
+            )
+        self.catalog = await retrying(lambda: Catalog.open(self.js), "opening the catalog")
+        self.iter_kv = await retrying(lambda: self.js.key_value(s.ITER_BUCKET), "opening noetl_iter")
         self.services["catalog"] = self.catalog
         import noetl.worker.tools  # noqa: F401  (registers the kinds)
 
@@ -123,18 +136,15 @@ class Worker:
 
     async def _pull_loop(self) -> None:
         durable = s.worker_consumer(self.pool)
-        await ensure_consumer(
-            self.js,
-            s.COMMANDS_STREAM,
-            ConsumerConfig(
-                durable_name=durable,
-                filter_subject=s.command_subject(self.pool),
-                ack_policy=AckPolicy.EXPLICIT,
-                ack_wait=ACK_WAIT,
-                max_deliver=MAX_DELIVER,
-                max_ack_pending=-1,
-            ),
+        config = ConsumerConfig(
+            durable_name=durable,
+            filter_subject=s.command_subject(self.pool),
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ACK_WAIT,
+            max_deliver=-1,
+            max_ack_pending=-1,
         )
+        await retrying(lambda: ensure_consumer(self.js, s.COMMANDS_STREAM, config), "command consumer")
         puller = await Puller(self.nc, s.COMMANDS_STREAM, durable).start()
         try:
             await self._pull(puller)
@@ -196,7 +206,8 @@ class Worker:
                 await self._worker_lost(cmd, delivered(msg))
             else:
                 await self._run_command(cmd, msg)
-            await msg.ack()
+            # the terminal event is stored: only now may the command leave the work queue
+            await ack_stored(msg, f"acknowledging command {cmd.get('command_id')}")
             self.completed += 1
         except asyncio.CancelledError:
             raise
@@ -258,14 +269,19 @@ class Worker:
             trace_id=cmd.get("trace_id"),
         )
         subject = s.event_subject(int(cmd.get("partition") or 0), exec_id, name)
-        outbox = outbox or Outbox(self.nc)
-        await outbox.send(subject, dumps(ev), ev["event_id"], ack=True)
-        await outbox.confirm()
+        outbox = outbox or Outbox(self.nc, ack_all=self._ack_all)
+        try:
+            await outbox.send(subject, dumps(ev), ev["event_id"], ack=True)
+        except Exception as e:
+            if not is_transient(e):
+                raise
+        # held with in-progress acks meanwhile: the outcome is known, only storing it is left
+        await retrying(outbox.confirm, f"storing the outcome of command {cmd['command_id']}")
 
     async def _playbook(self, digest: str) -> Playbook:
         pb = self._playbooks.get(digest)
         if pb is None:
-            text = await self.catalog.get_by_digest(digest)
+            text = await retrying(lambda: self.catalog.get_by_digest(digest), "reading a playbook")
             if text is None:
                 raise LookupError(f"playbook {digest} is not in the catalog")
             pb = self._playbooks[digest] = parse_playbook(text, "catalog")
@@ -274,7 +290,11 @@ class Worker:
     async def _keychain(self, playbook: Playbook) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for entry in playbook.keychain:
-            got = await self.credentials.get(entry.name) if self.credentials else None
+            got = (
+                await retrying(lambda e=entry: self.credentials.get(e.name), "reading a credential")
+                if self.credentials
+                else None
+            )
             if got is not None:
                 out[entry.name] = got.get("data", got)
         logs.register_keychain(out)
@@ -332,7 +352,7 @@ class Worker:
         partition = int(cmd.get("partition") or 0)
         limits = (effective_step_spec(playbook, step).get("policy") or {}).get("limits") or {}
         limit = int(limits.get("max_payload_bytes", 65_536))
-        outbox = Outbox(self.nc)
+        outbox = Outbox(self.nc, ack_all=self._ack_all)
 
         async def event(
             name: str,
@@ -397,13 +417,14 @@ class Worker:
         # only a redelivered command can have a snapshot: a first delivery skips the read
         if ikey is not None and delivered(msg) > 1:
             with contextlib.suppress(KeyNotFoundError):
-                e = await self.iter_kv.get(ikey)
+                e = await retrying(lambda: self.iter_kv.get(ikey), "reading an iteration snapshot")
                 if e.value:
                     snapshot = Snapshot.from_dict(loads(e.value))
 
         async def checkpoint(snap: Snapshot) -> None:
             if ikey is not None:  # a KV put is a publish to $KV.<bucket>.<key>
-                await self.nc.publish(f"$KV.{s.ITER_BUCKET}.{ikey}", dumps(masker.mask(snap.to_dict())))
+                subject = s.kv_subject(s.ITER_BUCKET, ikey)
+                await self.nc.publish(subject, dumps(masker.mask(snap.to_dict())))
 
         if index is None:
             await event(

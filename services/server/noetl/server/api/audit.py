@@ -15,9 +15,9 @@ from typing import Any
 
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError, NotFoundError
 
 from noetl.events.clock import utc_now
+from noetl.events.streams import ensure_stream, replicas_wanted
 
 AUDIT_STREAM = "NOETL_AUDIT"
 AUDIT_FILTER = "noetl.audit.>"
@@ -32,23 +32,17 @@ def token_id(token: str | None) -> str:
     return "token:" + hashlib.sha256(token.encode()).hexdigest()[:12]
 
 
-async def ensure_audit_stream(js: JetStreamContext, replicas: int = 1) -> None:
+async def ensure_audit_stream(js: JetStreamContext, replicas: int | None = None) -> None:
     cfg = StreamConfig(
         name=AUDIT_STREAM,
         subjects=[AUDIT_FILTER],
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         max_age=AUDIT_MAX_AGE,
-        num_replicas=replicas,
+        num_replicas=replicas_wanted(replicas) or 1,
         description="NoETL audit trail: who read which credential, when, for which execution",
     )
-    try:
-        await js.stream_info(AUDIT_STREAM)
-    except NotFoundError:
-        try:
-            await js.add_stream(cfg)
-        except BadRequestError:  # created by another replica meanwhile
-            await js.stream_info(AUDIT_STREAM)
+    await ensure_stream(js, cfg, replicas_wanted(replicas))
 
 
 async def record_credential_access(

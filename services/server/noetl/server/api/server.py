@@ -19,6 +19,7 @@ from typing import Any
 import uvicorn
 from nats.aio.client import Client as NATS
 
+from noetl.events.retry import retrying
 from noetl.server.api.app import build_app
 from noetl.server.api.audit import ensure_audit_stream
 from noetl.server.api.collector import MetricsCollector
@@ -89,8 +90,8 @@ class ApiServer:
         return f"http://{host}:{self.port}"
 
     async def start(self) -> None:
-        await ensure_audit_stream(self.ctx.js)
-        await self.collector.start()
+        await retrying(lambda: ensure_audit_stream(self.ctx.js), "audit stream")
+        await retrying(self.collector.start, "execution collector")
         config = uvicorn.Config(
             self.app,
             host=self.host,

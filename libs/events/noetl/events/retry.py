@@ -1,0 +1,88 @@
+"""Riding out a JetStream leader election: which failures pass by themselves, and retrying them.
+
+On a clustered stream a killed or cut-off leader is replaced in a few seconds (about 7 s measured
+on loopback). Meanwhile a publish, an API call or a KV read times out, finds no responders, or is
+answered 503 / "cluster not available". None of these says the request was wrong: sent again with
+the same ids (a ``Nats-Msg-Id``, a deterministic key) it succeeds once the stream has a leader, and
+a repeat of one that did land is dropped by JetStream's duplicate window. Failing the work instead
+(nak'ing a command until JetStream stops delivering it, skipping an input) is what lost effects
+and left executions stuck; so every I/O whose outcome something depends on goes through
+``retrying``, which gives up only on errors that are the request's own fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import nats.errors
+from nats.js.errors import APIError, NoStreamResponseError
+
+log = logging.getLogger("noetl.retry")
+
+T = TypeVar("T")
+
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    TimeoutError,  # nats.errors.TimeoutError and asyncio's are both this one
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.FlushTimeoutError,
+    NoStreamResponseError,
+)
+# JetStream API errors that mean "not now" rather than "not this" (nats-server's error codes): the
+# cluster is still forming (10004 JSClusterIncomplete), no peer can take a replica yet (10005
+# JSClusterNoPeers), the group is not assigned here yet (10007), the meta group or the stream has no
+# leader (10008 JSClusterNotAvail, 10009 JSClusterNotLeader), a peer is not a member yet (10040)
+_TRANSIENT_ERR_CODES = frozenset({10004, 10005, 10007, 10008, 10009, 10040})
+
+
+def is_transient(e: BaseException) -> bool:
+    if isinstance(e, _TRANSIENT):
+        return True
+    if isinstance(e, APIError):
+        code, err_code = getattr(e, "code", None), getattr(e, "err_code", None)
+        if err_code:
+            return err_code in _TRANSIENT_ERR_CODES
+        return code in (408, 503)  # a status without a JetStream error: no responders, a time-out
+    return False
+
+
+def describe(e: BaseException) -> str:
+    text = str(e) or ""
+    if isinstance(e, APIError) and getattr(e, "description", None):
+        text = f"{e.code} {e.description}"
+    return f"{type(e).__name__}{': ' + text if text else ''}"
+
+
+async def retrying(
+    fn: Callable[[], Awaitable[T]],
+    what: str,
+    *,
+    deadline: float | None = None,
+    first_delay: float = 0.1,
+    max_delay: float = 2.0,
+) -> T:
+    """``fn()`` until it succeeds or fails for a reason of its own; ``deadline`` (loop time) bounds
+    the waiting for callers that have something better to do than wait (a one-shot CLI call)."""
+    loop = asyncio.get_running_loop()
+    delay = first_delay
+    attempt = 0
+    while True:
+        try:
+            return await fn()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            if not is_transient(e) or (deadline is not None and loop.time() + delay >= deadline):
+                raise
+            attempt += 1
+            # the first retries are routine during an election: say so once it lasts
+            (log.warning if attempt >= 3 else log.info)(
+                "%s: %s; retrying in %.1f s", what, describe(e), delay
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, max_delay)

@@ -1,0 +1,241 @@
+"""Which server replica decides for which partition: leases in the KV bucket ``noetl_leases``.
+
+Every replica keeps a member key ``member.<id>`` fresh and holds the partitions it owns as keys
+``p<N>``, each created with compare-and-set (``create`` succeeds only on an absent key) and renewed
+with ``update(last=revision)``. The bucket's TTL removes what a dead replica stopped renewing, so
+its partitions come free ``ttl`` seconds after its last renewal and a live replica takes them at
+its next tick: a takeover within ``ttl + tick`` seconds.
+
+Spreading: partition ``p`` belongs to the live member at ``p % n`` of the sorted member ids. A
+replica releases (stops deciding, deletes the key) what belongs to another and takes what
+belongs to it once it is free, so a new replica gets its share within a tick or two and a
+stopped one hands its share over at once.
+
+Safety: a replica decides for ``p`` only while ``valid(p)``, that is until ``ttl - margin``
+seconds after it *sent* its last successful renewal. JetStream stamps the renewal when it stores
+it, later than we sent it, and expires it ``ttl`` after that stamp, so a replica that cannot renew
+(cut off, paused, its NATS node gone) stops deciding before the key can expire and be taken. What
+it had already decided and is still storing carries deterministic ids: when the new owner decides
+the same inputs again, JetStream keeps one copy (tests/service/test_leases.py shows an overlap
+is harmless).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable
+
+from nats.js import JetStreamContext
+from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from noetl.events import subjects as s
+from noetl.events.retry import describe, is_transient, retrying
+from noetl.events.streams import ensure_kv
+
+log = logging.getLogger("noetl.server.leases")
+
+DEFAULT_TTL = 6.0
+
+
+def lease_ttl() -> float:
+    return float(os.environ.get("NOETL_LEASE_TTL", DEFAULT_TTL))
+
+
+class PartitionLeases:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        member: str,
+        partitions: int,
+        *,
+        on_acquire: Callable[[int], Awaitable[None]],
+        on_release: Callable[[int], Awaitable[None]],
+        ttl: float | None = None,
+        replicas: int | None = None,
+    ) -> None:
+        self.js, self.member, self.partitions = js, member, partitions
+        self.on_acquire, self.on_release = on_acquire, on_release
+        self.ttl = self.configured_ttl = ttl if ttl is not None else lease_ttl()
+        if self.ttl < 1.0:
+            raise ValueError(f"lease TTL {self.ttl} s is too short: use at least 1 s (NOETL_LEASE_TTL)")
+        self.tick = min(1.0, self.ttl / 4)
+        self.margin = max(0.25, self.ttl * 0.15)
+        self.replicas = replicas
+        self._kv: KeyValue | None = None
+        self._revision: dict[int, int] = {}
+        self._valid_until: dict[int, float] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self.members: list[str] = []
+        self.takeovers = 0  # partitions acquired after the start (metrics, tests)
+
+    # --- queries ---------------------------------------------------------------------------
+
+    @property
+    def owned(self) -> list[int]:
+        return sorted(self._revision)
+
+    def valid(self, partition: int) -> bool:
+        """True while this replica may decide for ``partition`` (see the module doc)."""
+        until = self._valid_until.get(partition)
+        return until is not None and asyncio.get_running_loop().time() < until
+
+    def assigned(self, members: list[str]) -> set[int]:
+        if self.member not in members:
+            return set()
+        i, n = members.index(self.member), len(members)
+        return {p for p in range(self.partitions) if p % n == i}
+
+    # --- life cycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Join and take this replica's share before returning, so a lone server decides at once."""
+        self._kv = await retrying(
+            lambda: ensure_kv(self.js, s.LEASES_BUCKET, ttl=self.ttl, replicas=self.replicas),
+            "opening the lease bucket",
+        )
+        await retrying(self._settle_ttl, "setting the lease TTL")
+        await retrying(lambda: self._round(first=True), "taking partition leases")
+        self._task = asyncio.create_task(self._loop(), name=f"noetl-leases-{self.member}")
+
+    async def stop(self) -> None:
+        """Hand every partition over at once: stop deciding, then delete the keys."""
+        self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+        revisions = dict(self._revision)
+        await asyncio.gather(*(self._release(p, delete=False) for p in revisions))
+        if self._kv is None:
+            return
+        kv = self._kv
+        deletes = [kv.delete(f"p{p}", last=rev) for p, rev in revisions.items()]
+        with contextlib.suppress(Exception):  # unreleased keys expire after the TTL anyway
+            await asyncio.wait_for(asyncio.gather(*deletes, kv.delete(self._member_key())), 2)
+
+    async def crash(self) -> None:
+        """Stop renewing without releasing anything, as a killed process would (tests)."""
+        self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    # --- the loop --------------------------------------------------------------------------
+
+    def _member_key(self) -> str:
+        return f"member.{self.member}"
+
+    def _value(self) -> bytes:
+        return json.dumps({"owner": self.member}).encode()
+
+    async def _loop(self) -> None:
+        while not self._stopped:
+            await asyncio.sleep(self.tick)
+            try:
+                await self._round()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a NATS blip: validity runs out on its own if it lasts
+                (log.info if is_transient(e) else log.exception)("lease round failed: %s", describe(e))
+            await self._expire_unrenewed()
+
+    async def _expire_unrenewed(self) -> None:
+        for p in self.owned:
+            if not self.valid(p):
+                log.warning("partition %d: lease not renewed in time; no longer deciding for it", p)
+                await self._release(p, delete=False)
+
+    async def _round(self, *, first: bool = False) -> None:
+        assert self._kv is not None
+        kv = self._kv
+        loop = asyncio.get_running_loop()
+        await kv.put(self._member_key(), self._value())
+        for p in self.owned:
+            sent = loop.time()
+            try:
+                self._revision[p] = await kv.update(f"p{p}", self._value(), last=self._revision[p])
+                self._valid_until[p] = sent + self.ttl - self.margin
+            except KeyWrongLastSequenceError:
+                log.warning("partition %d: lease lost to another replica", p)
+                await self._release(p, delete=False)
+        members = await self._members()
+        if not members:
+            return
+        self.members = members
+        mine = self.assigned(members)
+        for p in self.owned:
+            if p not in mine:
+                log.info("partition %d: handing over (members %s)", p, ", ".join(members))
+                await self._release(p, delete=True)
+        for p in sorted(mine - set(self.owned)):
+            sent = loop.time()
+            try:
+                rev = await kv.create(f"p{p}", self._value())
+            except KeyWrongLastSequenceError:
+                continue  # its owner has not let go yet: next round
+            self._revision[p] = rev
+            self._valid_until[p] = sent + self.ttl - self.margin
+            if not first:
+                self.takeovers += 1
+            log.info("partition %d: acquired", p)
+            await self.on_acquire(p)
+
+    async def _settle_ttl(self) -> None:
+        """The bucket's TTL is what expires a lease, so it is the one that counts: an existing
+        bucket is brought to ours (a changed ``NOETL_LEASE_TTL``), and every round reads it back
+        (``_members``) so a replica never believes in a lease longer than the bucket keeps it."""
+        name = f"KV_{s.LEASES_BUCKET}"
+        info = await self.js.stream_info(name)
+        if info.config.max_age and abs(info.config.max_age - self.configured_ttl) > 0.01:
+            log.warning(
+                "lease TTL of %s: %.1f s, changing it to %.1f s (NOETL_LEASE_TTL)",
+                name,
+                info.config.max_age,
+                self.configured_ttl,
+            )
+            cfg = info.config.evolve(max_age=self.configured_ttl, duplicate_window=self.configured_ttl)
+            await self.js.update_stream(cfg)
+
+    async def _members(self) -> list[str]:
+        """Live member ids: keys present in the bucket (the TTL drops the dead), deleted ones out."""
+        assert self._kv is not None
+        info = await self.js.stream_info(
+            f"KV_{s.LEASES_BUCKET}", subjects_filter=f"$KV.{s.LEASES_BUCKET}.member.>"
+        )
+        if info.config.max_age:  # another replica may have changed it: never trust more than it keeps
+            self.ttl = min(self.configured_ttl, info.config.max_age)
+            self.margin = max(0.25, self.ttl * 0.15)
+        prefix = f"$KV.{s.LEASES_BUCKET}.member."
+        out = []
+        for subject in sorted((info.state.subjects or {}) if info.state else {}):
+            member = subject[len(prefix) :]
+            if member == self.member:
+                out.append(member)
+                continue
+            try:
+                await self._kv.get(f"member.{member}")
+            except (KeyNotFoundError, KeyDeletedError):
+                continue
+            out.append(member)
+        if self.member not in out:
+            out.append(self.member)
+        return sorted(out)
+
+    async def _release(self, partition: int, *, delete: bool) -> None:
+        rev = self._revision.pop(partition, None)
+        self._valid_until.pop(partition, None)
+        try:
+            await self.on_release(partition)
+        except Exception:
+            log.exception("partition %d: stopping its loop failed", partition)
+        if delete and rev is not None and self._kv is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._kv.delete(f"p{partition}", last=rev), 2)

@@ -1,0 +1,80 @@
+"""Which failures are waited out (a leader election) and which are the request's own."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats.errors
+import pytest
+from nats.js.errors import (
+    APIError,
+    BadRequestError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NoStreamResponseError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
+
+from noetl.events.retry import is_transient, retrying
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        nats.errors.TimeoutError(),
+        TimeoutError(),
+        nats.errors.NoRespondersError(),
+        nats.errors.ConnectionReconnectingError(),
+        NoStreamResponseError(),
+        ServiceUnavailableError(code=503),
+        APIError(code=500, err_code=10008, description="JetStream system temporarily unavailable"),
+        APIError(code=400, err_code=10009, description="JetStream cluster can not handle request"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_election_failures_are_transient(error: Exception) -> None:
+    assert is_transient(error)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        KeyNotFoundError(),
+        KeyWrongLastSequenceError(),
+        NotFoundError(code=404, err_code=10059, description="stream not found"),
+        BadRequestError(code=400, err_code=10058, description="stream name already in use"),
+        nats.errors.MaxPayloadError(),
+        nats.errors.BadSubjectError(),
+        ValueError("not JSON"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_the_requests_own_failures_are_not(error: Exception) -> None:
+    assert not is_transient(error)
+
+
+async def test_retrying_waits_out_transient_failures_and_passes_others() -> None:
+    calls = 0
+
+    async def flaky() -> str:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise nats.errors.NoRespondersError
+        return "stored"
+
+    assert await retrying(flaky, "test", first_delay=0.001) == "stored" and calls == 3
+
+    async def wrong() -> None:
+        raise KeyWrongLastSequenceError
+
+    with pytest.raises(KeyWrongLastSequenceError):
+        await retrying(wrong, "test", first_delay=0.001)
+
+    async def never() -> None:
+        raise nats.errors.TimeoutError
+
+    loop = asyncio.get_running_loop()
+    with pytest.raises(nats.errors.TimeoutError):
+        await retrying(never, "test", first_delay=0.01, deadline=loop.time() + 0.1)
