@@ -19,14 +19,14 @@ from bench import report
 from bench.config import FULL, QUICK
 from bench.record import Recorder
 
-SCENARIOS = ["floor", "chain", "loop", "fanout", "startup", "one_step", "peers"]
+SCENARIOS = ["floor", "chain", "loop", "fanout", "startup", "one_step", "ha", "peers"]
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     ap.add_argument("--scenario", action="append", choices=SCENARIOS, help="repeatable; default: all")
     ap.add_argument("--runs", type=int, help="repetitions per scenario (default 3; 1 with --quick)")
-    ap.add_argument("--quick", action="store_true", help="small sizes, one run, no peers (~1 minute)")
+    ap.add_argument("--quick", action="store_true", help="small sizes, one run, no peers (~2 minutes)")
     ap.add_argument(
         "--write-docs", action="store_true", help="update docs/performance.md even on a partial run"
     )

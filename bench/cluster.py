@@ -57,11 +57,11 @@ def vm_hwm_mib(pid: int) -> float:
 class Service:
     """One ``noetl server`` or ``noetl worker`` process, its stderr in a log file."""
 
-    def __init__(self, role: str, args: list[str], log_path: Path) -> None:
+    def __init__(self, role: str, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
         self.role = role
         self.log_path = log_path
         self._log = self.log_path.open("wb")
-        env = {**os.environ, "NOETL_LOG_LEVEL": "WARNING"}
+        env = {**os.environ, "NOETL_LOG_LEVEL": "WARNING", **(env or {})}
         self.proc = subprocess.Popen(
             [str(BIN / "noetl"), role, *args], stdout=subprocess.DEVNULL, stderr=self._log, env=env
         )
@@ -103,29 +103,64 @@ class Service:
 
 
 class Cluster:
-    """``async with Cluster(concurrency=64) as c:`` gives ``c.nc`` connected to a fresh nats-server."""
+    """``async with Cluster(concurrency=64) as c:`` gives ``c.nc`` connected to a fresh nats-server.
 
-    def __init__(self, *, concurrency: int = 64, workers: int = 1) -> None:
+    With ``nats_urls`` it uses those nodes (a JetStream cluster someone else started and stops)
+    instead, and passes the comma-separated list to the services; ``replicas`` declares every
+    stream with that many copies and sets ``NOETL_REPLICAS`` for the services; ``servers`` starts
+    that many ``noetl server`` replicas (they split the partitions through leases).
+    """
+
+    def __init__(
+        self,
+        *,
+        concurrency: int = 64,
+        workers: int = 1,
+        servers: int = 1,
+        nats_urls: list[str] | None = None,
+        replicas: int | None = None,
+    ) -> None:
         self.concurrency = concurrency
         self.workers = workers
+        self.servers = servers
+        self.nats_urls = nats_urls
+        self.replicas = replicas
         self.nats: NatsServer | None = None
-        self.server: Service | None = None
+        self.server: Service | None = None  # the first server replica
+        self.server_procs: list[Service] = []
         self.worker_procs: list[Service] = []
         self.nc: Any = None
         self._log_dir = tempfile.mkdtemp(prefix="noetl-bench-")
+        self._url = ""
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"NOETL_REPLICAS": str(self.replicas)} if self.replicas else {}
+
+    def add_server(self) -> Service:
+        """Start one more ``noetl server`` replica (not waited for: ``wait_ready``)."""
+        log = Path(self._log_dir) / f"server{len(self.server_procs) or ''}.log"
+        svc = Service("server", ["--nats-url", self._url, *server_args()], log, self.env)
+        self.server_procs.append(svc)
+        self.server = self.server or svc
+        return svc
 
     async def __aenter__(self) -> Cluster:
         try:
-            self.nats = NatsServer().start()
-            self.nc = await connect(self.nats.url, name="noetl-bench")
-            await ensure_all(self.nc.jetstream())  # once, so the services do not race to create
-            url = ["--nats-url", self.nats.url]
+            if self.nats_urls is None:
+                self.nats = NatsServer().start()
+            urls = self.nats_urls or [self.nats.url]  # type: ignore[union-attr]
+            self._url = ",".join(urls)
+            self.nc = await connect(urls, name="noetl-bench")
+            # once, so the services do not race to create
+            await ensure_all(self.nc.jetstream(), self.replicas)
             logs = Path(self._log_dir)
-            self.server = Service("server", [*url, *server_args()], logs / "server.log")
+            for _ in range(self.servers):
+                self.add_server()
             for i in range(self.workers):
-                args = [*url, "--concurrency", str(self.concurrency)]
-                self.worker_procs.append(Service("worker", args, logs / f"worker{i}.log"))
-            for svc in [self.server, *self.worker_procs]:
+                args = ["--nats-url", self._url, "--concurrency", str(self.concurrency)]
+                self.worker_procs.append(Service("worker", args, logs / f"worker{i}.log", self.env))
+            for svc in [*self.server_procs, *self.worker_procs]:
                 await asyncio.to_thread(svc.wait_ready)
             return self
         except BaseException:
@@ -156,7 +191,7 @@ class Cluster:
         return "\n".join(f"--- {s.log_path.name}\n{s.tail()}" for s in self._services())
 
     def _services(self) -> list[Service]:
-        return [s for s in [self.server, *self.worker_procs] if s is not None]
+        return [*self.server_procs, *self.worker_procs]
 
     async def close(self) -> None:
         for svc in self._services():

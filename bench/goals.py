@@ -56,6 +56,16 @@ def _rss_growth(rec: Recorder) -> float | None:
     return max(diffs) if diffs else None
 
 
+def _ttl_plus(seconds: float) -> Getter:
+    """The ``ha`` scenario's lease TTL (read from the bucket in the same run) plus ``seconds``."""
+
+    def get(rec: Recorder) -> float | None:
+        ttl = rec.median("ha", "lease_ttl")
+        return None if ttl is None else ttl + seconds
+
+    return get
+
+
 def _peer_ratio(ours: tuple[str, str], peer: str, metric: str, higher: bool) -> Getter:
     """How many times better ours is than the peer's (> 1 means ahead)."""
 
@@ -92,6 +102,13 @@ GOALS: list[Goal] = [
     Goal("one-step execution p50 ≤ 10 ms", _m("one_step", "p50"), _const(10.0), False, "ms"),
     Goal("≤ 150 MiB peak RSS per server or worker process", _max_rss, _const(150.0), False, "MiB"),
     Goal("peak RSS flat in loop size (10x iterations: ≤ +10 MiB)", _rss_growth, _const(10.0), False, "MiB"),
+    Goal(
+        "ha: a killed server replica's partitions taken over ≤ lease TTL + 4 s",
+        _m("ha", "takeover_s"),
+        _ttl_plus(4.0),
+        False,
+        "s",
+    ),
 ]
 for _peer in ("temporal", "prefect"):
     GOALS += [

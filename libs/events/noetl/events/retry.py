@@ -65,9 +65,12 @@ async def retrying(
     deadline: float | None = None,
     first_delay: float = 0.1,
     max_delay: float = 2.0,
+    also: tuple[type[BaseException], ...] = (),
 ) -> T:
     """``fn()`` until it succeeds or fails for a reason of its own; ``deadline`` (loop time) bounds
-    the waiting for callers that have something better to do than wait (a one-shot CLI call)."""
+    the waiting for callers that have something better to do than wait (a one-shot CLI call).
+    ``also`` names more failures to wait out where the caller knows a retry is safe: a read, or a
+    stream just created that another node does not show yet (404)."""
     loop = asyncio.get_running_loop()
     delay = first_delay
     attempt = 0
@@ -77,7 +80,9 @@ async def retrying(
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            if not is_transient(e) or (deadline is not None and loop.time() + delay >= deadline):
+            if not (is_transient(e) or isinstance(e, also)) or (
+                deadline is not None and loop.time() + delay >= deadline
+            ):
                 raise
             attempt += 1
             # the first retries are routine during an election: say so once it lasts

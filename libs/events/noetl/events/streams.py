@@ -156,7 +156,8 @@ async def ensure_all(
         for bucket in (s.RESULTS_BUCKET, s.CATALOG_OBJECT_BUCKET):
             await ensure_object_store(js, bucket, replicas=want)
 
-    await retrying(once, "declaring streams and buckets", deadline=deadline)
+    # a stream another service has just created may not show on our node for a moment (404)
+    await retrying(once, "declaring streams and buckets", deadline=deadline, also=(NotFoundError,))
 
 
 async def ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerConfig) -> None:

@@ -144,39 +144,61 @@ async def _connect_service(url: str, name: str) -> Any:
 
 
 async def _serve(args: argparse.Namespace, role: str) -> None:
-    nc = await _connect_service(args.nats_url, f"noetl-{role}")
-    if role == "server":
-        from noetl.server.service import Server
-
-        svc: Any = Server(nc, partitions=args.partitions, replicas=args.replicas)
-    else:
-        from noetl.worker.service import Worker
-
-        svc = Worker(nc, pool=args.pool, concurrency=args.concurrency, replicas=args.replicas)
-    await svc.start()
-    from noetl.server.api.launch import start_operations
-
-    ops = await start_operations(
-        nc,
-        role,
-        svc,
-        http_host=getattr(args, "http_host", "127.0.0.1"),
-        http_port=getattr(args, "http_port", -1),
-    )
-    print(f"noetl {role} running against {args.nats_url}", file=sys.stderr)
-    if ops.api is not None:
-        print(f"noetl {role}: HTTP API on {ops.api.url}", file=sys.stderr)
+    """Run until SIGTERM or SIGINT. The handlers go in first: a process stopped while it still
+    starts (waiting for NATS, a cluster electing) stops cleanly with exit code 0 too."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await ops.stop()
-    await svc.stop()
-    try:
-        await asyncio.wait_for(nc.drain(), timeout=10)
-    except TimeoutError:  # a subscription stopped mid-fetch can hold drain forever: exit anyway
-        await nc.close()
+    nc: Any = None
+    svc: Any = None
+    ops: Any = None
+
+    async def start() -> None:
+        nonlocal nc, svc, ops
+        nc = await _connect_service(args.nats_url, f"noetl-{role}")
+        if role == "server":
+            from noetl.server.service import Server
+
+            svc = Server(nc, partitions=args.partitions, replicas=args.replicas)
+        else:
+            from noetl.worker.service import Worker
+
+            svc = Worker(nc, pool=args.pool, concurrency=args.concurrency, replicas=args.replicas)
+        await svc.start()
+        from noetl.server.api.launch import start_operations
+
+        ops = await start_operations(
+            nc,
+            role,
+            svc,
+            http_host=getattr(args, "http_host", "127.0.0.1"),
+            http_port=getattr(args, "http_port", -1),
+        )
+        print(f"noetl {role} running against {args.nats_url}", file=sys.stderr)
+        if ops.api is not None:
+            print(f"noetl {role}: HTTP API on {ops.api.url}", file=sys.stderr)
+
+    starting = asyncio.create_task(start())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if starting.done():
+        starting.result()  # a start-up error (DeploymentError) ends the process here
+        await stopping
+    else:
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await starting
+    if ops is not None:
+        await ops.stop()
+    if svc is not None:
+        with contextlib.suppress(Exception):
+            await svc.stop()
+    if nc is not None:
+        try:
+            await asyncio.wait_for(nc.drain(), timeout=10)
+        except Exception:  # a subscription stopped mid-fetch can hold drain forever: exit anyway
+            await nc.close()
 
 
 def _run_service(args: argparse.Namespace, role: str) -> int:

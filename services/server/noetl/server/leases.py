@@ -30,7 +30,7 @@ import os
 from collections.abc import Awaitable, Callable
 
 from nats.js import JetStreamContext
-from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
 from noetl.events import subjects as s
@@ -99,7 +99,8 @@ class PartitionLeases:
             lambda: ensure_kv(self.js, s.LEASES_BUCKET, ttl=self.ttl, replicas=self.replicas),
             "opening the lease bucket",
         )
-        await retrying(self._settle_ttl, "setting the lease TTL")
+        # a bucket another replica has just created may not show on our node for a moment (404)
+        await retrying(self._settle_ttl, "setting the lease TTL", also=(NotFoundError,))
         await retrying(lambda: self._round(first=True), "taking partition leases")
         self._task = asyncio.create_task(self._loop(), name=f"noetl-leases-{self.member}")
 

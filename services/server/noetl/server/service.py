@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import nats.errors
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
@@ -46,6 +47,9 @@ BATCH = 256
 CHECKPOINT_EVERY = 0.1  # seconds
 # events someone waits for (clients follow an execution to its end): acknowledged one by one
 _WAITED_FOR = frozenset({"workflow.finished", "playbook.processed"})
+_NATS_ERRORS = (nats.errors.Error,)
+# a request taken by a replica that then died goes to another one after this many seconds
+REQUEST_ACK_WAIT = 10.0
 # a partition reader idle this long asks whether its consumer still exists (its node may be gone)
 _CONSUMER_CHECK_EVERY = 3.0
 
@@ -189,7 +193,7 @@ class Server:
             durable_name=durable,
             filter_subject=s.REQUESTS_FILTER,
             ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=30,
+            ack_wait=REQUEST_ACK_WAIT,
             max_deliver=5,
         )
         await retrying(lambda: ensure_consumer(self.js, s.REQUESTS_STREAM, config), "request consumer")
@@ -342,6 +346,8 @@ class Server:
                 continue
             try:
                 decision = await self._decide(event, last_seq, partition)
+            except nats.errors.Error:
+                raise  # unreachable with retrying's `also`, kept so an I/O failure never skips an input
             except Exception:
                 log.exception(
                     "engine failed on event %s (%s); ignored", event.get("event_id"), event.get("name")
@@ -456,12 +462,19 @@ class Server:
             return None
         state = self.states.get(eid)
         if state is None:
+            # reads: any NATS failure is waited out, an input is never skipped for want of its state
             if event["name"] == "playbook.execution.requested":
                 state = new_state(
-                    await retrying(lambda: self.catalog.with_playbook_text(event), "reading a playbook")
+                    await retrying(
+                        lambda: self.catalog.with_playbook_text(event),
+                        "reading a playbook",
+                        also=_NATS_ERRORS,
+                    )
                 )
             else:
-                state = await retrying(lambda: self._rebuild(eid, seq), f"rebuilding {eid}")
+                state = await retrying(
+                    lambda: self._rebuild(eid, seq), f"rebuilding {eid}", also=_NATS_ERRORS
+                )
                 if state is None:
                     log.warning("event %s for unknown execution %s ignored", event.get("event_id"), eid)
                     return None
@@ -481,7 +494,7 @@ class Server:
         return state
 
 
-async def _hold(msg: Any, every: float = 10.0) -> None:
+async def _hold(msg: Any, every: float = REQUEST_ACK_WAIT / 3) -> None:
     """In-progress acks while a message is being handled, so its ack wait does not run out."""
     while True:
         await asyncio.sleep(every)
