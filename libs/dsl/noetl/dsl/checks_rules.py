@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from noetl.dsl.names import pool_problem
 from noetl.dsl.report import Report, describe, type_name
 from noetl.dsl.yamlload import Path
 
@@ -132,3 +133,11 @@ def contains_control(value: Any) -> bool:
         elif isinstance(node, list):
             stack.extend(node)
     return False
+
+
+def check_pool(spec: dict[str, Any], path: Path, r: Report) -> None:
+    """``spec.pool`` names the subject the step's commands go to: refused here, not at publish."""
+    if "pool" in spec:
+        problem = pool_problem(spec["pool"])
+        if problem:
+            r.add((*path, "pool"), problem)

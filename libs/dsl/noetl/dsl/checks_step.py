@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from noetl.dsl import legacy
-from noetl.dsl.checks_rules import check_no_control, check_when, contains_control, read_rules
+from noetl.dsl.checks_rules import check_no_control, check_pool, check_when, contains_control, read_rules
 from noetl.dsl.checks_task import PipelineContext, check_pipeline
 from noetl.dsl.report import Report, describe, type_name
 from noetl.dsl.shapes import task_entries
@@ -72,6 +72,7 @@ def _check_step_spec(spec: Any, path: Path, r: Report) -> None:
     if not isinstance(spec, dict):
         r.add(path, f"a step `spec` is a mapping of knobs and `policy`, found {type_name(spec)}")
         return
+    check_pool(spec, path, r)
     if "next_mode" in spec:
         r.add((*path, "next_mode"), legacy.NEXT_MODE)
     check_no_control(spec, path, "step policy", r)

@@ -15,6 +15,7 @@ from nats.js.errors import NotFoundError
 
 from noetl.dsl.cache import digest_of, parse_playbook
 from noetl.dsl.errors import PlaybookInvalidError, RequestInvalidError
+from noetl.dsl.names import execution_id_problem, request_id_problem
 from noetl.events import subjects as s
 from noetl.events.bus import publish_all
 from noetl.events.catalog import MAX_MESSAGE_BYTES, Catalog
@@ -26,6 +27,19 @@ log = logging.getLogger("noetl.server")
 
 # below NATS's own 1 MiB message limit, so the limit is ours to report, with a reason
 MAX_REQUEST_BYTES = 512 * 1024
+# far deeper than any real input; deep enough nesting exhausts Python's recursion in every walk
+MAX_PAYLOAD_DEPTH = 64
+
+
+def _depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH + 1) -> int:
+    """Nesting depth of JSON ``value``, counted without recursion and only up to ``limit``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list) and d <= limit:
+            deepest = max(deepest, d)
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
 
 
 class RequestHandler:
@@ -117,10 +131,13 @@ class RequestHandler:
         """Record a cancel request as an engine input; the engine decides what it stops."""
         try:
             req = loads(data)
-            execution_id = str(req["execution_id"])
+            execution_id = req["execution_id"]
         except (ValueError, KeyError, TypeError):
             log.warning('cancel request ignored: it needs {"execution_id": ...}')
             return {"error": {"kind": "request_invalid", "message": "cancel needs execution_id"}}
+        if problem := execution_id_problem(execution_id):
+            log.warning("cancel request ignored: %s", problem)
+            return {"error": RequestInvalidError(f"cancel: {problem}").to_dict()}
         # the execution's own partition, whatever the count was when it started
         partition = await self._partition_of_recorded(execution_id)
         if partition is None:
@@ -139,6 +156,19 @@ class RequestHandler:
         subject = s.event_subject(partition, execution_id, event["name"])
         await publish_all(self.js, [(subject, dumps(event), event["event_id"])])
         return {"execution_id": execution_id, "cancel": "requested"}
+
+    async def reject_unrecordable(self, data: bytes, msg_id: str | None, cause: BaseException) -> None:
+        """A request that failed for no reason of NATS's (a bug, input nothing foresaw) ends in
+        ``workflow.finished`` all the same when its sender gave an id, rather than vanishing."""
+        known = self._known_id(data, msg_id)
+        if known is None or request_id_problem(known):
+            return
+        execution_id = execution_id_for(known)
+        err = RequestInvalidError(
+            f"the server could not record this request ({type(cause).__name__}: {str(cause)[:200]}); "
+            "check the request against docs/nats-contract.md and report the message if it is valid"
+        )
+        await self._reject(execution_id, s.partition_of(execution_id, self.partitions), err.to_dict(), {})
 
     @staticmethod
     def _known_id(data: bytes, msg_id: str | None) -> str | None:
@@ -183,6 +213,24 @@ class RequestHandler:
             raise RequestInvalidError("request needs `path` (a catalog playbook) or `playbook` (inline YAML)")
         if req.get("payload") is not None and not isinstance(req["payload"], dict):
             raise RequestInvalidError("request `payload` must be a JSON object")
+        for key, problem in (
+            ("request_id", request_id_problem),
+            ("execution_id", execution_id_problem),
+            ("parent_execution_id", execution_id_problem),
+        ):
+            if req.get(key) is not None and (msg := problem(req[key])):
+                raise RequestInvalidError(f"request `{key}`: {msg}")
+        if req.get("path") is not None and not isinstance(req["path"], str):
+            raise RequestInvalidError("request `path` must be a string (a catalog path, e.g. examples/hello)")
+        if req.get("version") is not None and (
+            isinstance(req["version"], bool) or not isinstance(req["version"], str | int)
+        ):
+            raise RequestInvalidError("request `version` must be a string or a whole number")
+        if _depth(req.get("payload")) > MAX_PAYLOAD_DEPTH:
+            raise RequestInvalidError(
+                f"request `payload` nests deeper than {MAX_PAYLOAD_DEPTH} levels; flatten it or pass the "
+                "data by reference (a table, a file, an object)"
+            )
         return req
 
     async def _playbook_text(self, req: dict[str, Any]) -> tuple[str, str]:

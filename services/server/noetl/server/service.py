@@ -227,11 +227,17 @@ class Server:
         holding = asyncio.create_task(_hold(m))
         try:
             await retrying(attempt, "recording a request")
-        except Exception:
-            log.exception("request handling failed; it will be redelivered")
-            with contextlib.suppress(Exception):
-                await m.nak(delay=1)
-            return
+        except Exception as failure:
+            # not NATS (retried above): the request itself breaks something. Its sender still gets
+            # an answer; a request that cannot even be rejected is redelivered, then dropped
+            log.exception("request handling failed; rejecting it")
+            cause: BaseException = failure
+            try:
+                await retrying(lambda: self.requests.reject_unrecordable(m.data, msg_id, cause), "rejecting")
+            except Exception:
+                with contextlib.suppress(Exception):
+                    await m.nak(delay=1)
+                return
         finally:
             holding.cancel()
         await ack_stored(m, "acknowledging a request")

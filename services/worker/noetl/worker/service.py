@@ -27,8 +27,9 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import KeyNotFoundError
 
 from noetl.dsl.cache import parse_playbook, template_engine
-from noetl.dsl.errors import NoetlError, PayloadTooLargeError
+from noetl.dsl.errors import DeploymentError, NoetlError, PayloadTooLargeError
 from noetl.dsl.model import Playbook
+from noetl.dsl.names import pool_problem
 from noetl.dsl.specmerge import effective_step_spec
 from noetl.events import logs
 from noetl.events import subjects as s
@@ -69,6 +70,8 @@ class Worker:
         credentials: Any = None,
         replicas: int | None = None,
     ) -> None:
+        if problem := pool_problem(pool):
+            raise DeploymentError(f"--pool: {problem}")
         self.nc, self.js = nc, nc.jetstream()
         self.replicas = replicas
         self._ack_all = (replicas_wanted(replicas) or 1) > 1  # see Outbox: replicated streams

@@ -1,0 +1,97 @@
+"""Input that once wedged a partition or vanished: each now fails on its own with a clear kind,
+and the execution right after it succeeds (issue: nothing wedges the control plane)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from noetl.events import subjects as s
+from noetl.events.ids import execution_id_for
+from noetl.server.client import run_and_wait
+
+OK = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: ok, path: tests/ok}
+workflow:
+  - step: start
+    tool: {kind: noop, result: 7}
+"""
+
+
+def _with_pool(pool: str) -> str:
+    return OK.replace(
+        "    tool: {kind: noop, result: 7}",
+        f"    spec: {{pool: {json.dumps(pool)}}}\n    tool: {{kind: noop}}",
+    )
+
+
+async def _next_one_succeeds(nc: Any) -> None:
+    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": OK}, timeout=20)
+    assert out["status"] == "success" and out["result"] == 7, out
+
+
+@pytest.mark.parametrize("pool", ["a b", "*", ">", "a.b", ""])
+async def test_a_pool_that_is_no_subject_token_is_refused_at_the_request(
+    nc: Any, services: Any, pool: str
+) -> None:
+    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": _with_pool(pool)}, timeout=20)
+    assert out["status"] == "failed" and out["error"]["kind"] == "playbook_invalid", out
+    assert "spec.pool" in json.dumps(out["error"]), out["error"]
+    await _next_one_succeeds(nc)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("execution_id", "aa.bb", "32 lowercase hex"),
+        ("execution_id", "*", "32 lowercase hex"),
+        ("execution_id", ">", "32 lowercase hex"),
+        ("version", {"a": 1}, "`version` must be a string"),
+        ("path", ["x"], "`path` must be a string"),
+        ("payload", "deep", "nests deeper than 64"),
+    ],
+)
+async def test_a_malformed_request_ends_at_once_with_request_invalid(
+    nc: Any, services: Any, field: str, value: Any, says: str
+) -> None:
+    """Before: 202 and nothing ran, or redelivered 5 times and dropped with no event."""
+    rid = uuid.uuid4().hex
+    req = {"request_id": rid, "path": "tests/none", "playbook": OK, field: value}
+    req.pop("path" if field != "path" else "playbook")
+    data = json.dumps(req).encode()
+    if value == "deep":  # 600 levels, written by hand: JSON libraries refuse to write it
+        data = data.replace(b'"deep"', b'{"x":' * 600 + b"{}" + b"}" * 600)
+    server, _ = services
+    answer = await server.requests.handle(data)
+    assert answer["error"]["kind"] == "request_invalid" and says in answer["error"]["message"], answer
+    if field != "execution_id":
+        # over the stream the sender learns the same from workflow.finished, keyed by its request id
+        sub = await nc.subscribe(s.execution_event_filter(execution_id_for(rid), "workflow.finished"))
+        await nc.jetstream().publish(s.REQUEST_SUBJECT, data, headers={"Nats-Msg-Id": rid})
+        finished = json.loads((await sub.next_msg(timeout=20)).data)
+        await sub.unsubscribe()
+        assert says in finished["payload"]["error"]["message"], finished
+    else:
+        info = await nc.jetstream().stream_info(s.EVENTS_STREAM, subjects_filter="noetl.events.>")
+        made = [k for k in (info.state.subjects or {}) if k.split(".")[3] in ("aa", "*", ">")]
+        assert not made, made
+    await _next_one_succeeds(nc)
+
+
+async def test_a_cancel_for_a_wildcard_id_publishes_nothing(nc: Any, services: Any) -> None:
+    server, _ = services
+    for bad in ("*", ">", "a b", 7):
+        answer = await server.requests.cancel(json.dumps({"execution_id": bad}).encode())
+        assert answer["error"]["kind"] == "request_invalid", answer
+    info = await nc.jetstream().stream_info(
+        s.EVENTS_STREAM, subjects_filter="noetl.events.*.*.execution.cancel.requested"
+    )
+    bad_subjects = [k for k in (info.state.subjects or {}) if k.split(".")[3] in ("*", ">")]
+    assert not bad_subjects, bad_subjects
+    assert execution_id_for("x")  # ids the server derives are what the check accepts
+    await _next_one_succeeds(nc)
