@@ -234,7 +234,7 @@ def _add_replicas(p: argparse.ArgumentParser) -> None:
 async def _exec(args: argparse.Namespace) -> dict[str, Any]:
     import uuid
 
-    from noetl.events.bus import connect
+    from noetl.cli.session import cli_connect
     from noetl.events.envelope import dumps
     from noetl.events.ids import execution_id_for
     from noetl.events.subjects import REQUEST_SUBJECT
@@ -250,7 +250,7 @@ async def _exec(args: argparse.Namespace) -> dict[str, Any]:
         req["path"] = args.path
         if args.version:
             req["version"] = args.version
-    nc = await connect(args.nats_url, name="noetl-exec")
+    nc = await cli_connect(args.nats_url, "noetl-exec")
     try:
         if args.wait:
             return await run_and_wait(nc, req, timeout=args.timeout)
@@ -262,8 +262,15 @@ async def _exec(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_exec(args: argparse.Namespace) -> int:
     from noetl.cli.output import summary
+    from noetl.cli.session import DEFAULT_TIMEOUT, run_bounded
 
-    out = asyncio.run(_exec(args))
+    # --wait waits as long as --timeout says (forever without it); the rest is bounded anyway
+    got = run_bounded(
+        lambda: _exec(args), "exec", args.timeout if args.wait else args.timeout or DEFAULT_TIMEOUT
+    )
+    if isinstance(got, int):
+        return got
+    out = got
     if args.json or not args.wait:
         print(json.dumps(out, default=str))
     else:
@@ -272,18 +279,30 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 async def _catalog(args: argparse.Namespace) -> int:
-    from noetl.events.bus import connect
+    from noetl.cli.session import cli_connect
     from noetl.events.catalog import Catalog
     from noetl.events.streams import ensure_all
 
-    nc = await connect(args.nats_url, name="noetl-catalog")
+    nc = await cli_connect(args.nats_url, "noetl-catalog")
     try:
         js = nc.jetstream()
         await ensure_all(js)
         cat = await Catalog.open(js)
         if args.action == "register":
+            from noetl.dsl.errors import PlaybookInvalidError
+
+            failed = 0
             for f in args.files:
-                print(json.dumps(await cat.register(Path(f).read_text(), f)))
+                try:
+                    print(json.dumps(await cat.register(Path(f).read_text(), f)))
+                except OSError as e:
+                    print(f"{f}:0: <file>: cannot read: {e.strerror}", file=sys.stderr)
+                    failed += 1
+                except PlaybookInvalidError as e:
+                    for p in e.problems or [e.message]:
+                        print(p, file=sys.stderr)
+                    failed += 1
+            return 2 if failed else 0
         elif args.action == "list":
             for e in await cat.list():
                 print(json.dumps(e))
@@ -299,7 +318,9 @@ async def _catalog(args: argparse.Namespace) -> int:
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
-    return asyncio.run(_catalog(args))
+    from noetl.cli.session import DEFAULT_TIMEOUT, run_bounded
+
+    return int(run_bounded(lambda: _catalog(args), "catalog", DEFAULT_TIMEOUT))
 
 
 def build_parser() -> argparse.ArgumentParser:

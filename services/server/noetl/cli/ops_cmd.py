@@ -8,7 +8,6 @@ server's HTTP API: they work with any number of server replicas, with none runni
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -16,20 +15,23 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from noetl.cli.session import DEFAULT_TIMEOUT
+
 
 def _run(fn: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[[argparse.Namespace], int]:
     def cmd(args: argparse.Namespace) -> int:
-        async def main() -> int:
-            from noetl.events.bus import connect
+        from noetl.cli.session import cli_connect, run_bounded
 
-            nc = await connect(args.nats_url, name=f"noetl-{args.command}")
+        async def main() -> int:
+            nc = await cli_connect(args.nats_url, f"noetl-{args.command}")
             try:
                 return await fn(nc, args)
             finally:
                 await nc.close()
 
+        timeout = None if getattr(args, "follow", False) else args.timeout
         try:
-            return asyncio.run(main())
+            return int(run_bounded(main, args.command, timeout))
         except KeyboardInterrupt:
             return 130
         except BrokenPipeError:  # `noetl events ID | head`: the reader has what it wanted
@@ -181,7 +183,15 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
 def add_parsers(sub: Any, nats_url_default: str) -> None:
     def parser(name: str, help_text: str, fn: Any) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--nats-url", default=nats_url_default)
+        p.add_argument(
+            "--nats-url", default=nats_url_default, help="NATS URL, or a comma-separated list of a cluster's"
+        )
+        p.add_argument(
+            "--timeout",
+            type=float,
+            default=DEFAULT_TIMEOUT,
+            help="give up after this many seconds (not with --follow)",
+        )
         p.set_defaults(fn=_run(fn), afn=fn)  # afn: the coroutine, for callers with a loop and a client
         return p
 
@@ -215,6 +225,7 @@ def add_parsers(sub: Any, nats_url_default: str) -> None:
         a = actions.add_parser(name, help=help_text)
         # also after the action (`credentials list --nats-url X`); SUPPRESS keeps the parent's value
         a.add_argument("--nats-url", default=argparse.SUPPRESS)
+        a.add_argument("--timeout", type=float, default=argparse.SUPPRESS)
         return a
 
     a = action("set", "store a credential, encrypted")
