@@ -96,6 +96,14 @@ class TaskRunLimitError(NoetlError):
     kind = "task_run_limit"
 
 
+class StepRunLimitError(NoetlError):
+    kind = "step_run_limit"
+
+
+class LoopSizeLimitError(NoetlError):
+    kind = "loop_size_limit"
+
+
 class LoopInNotListError(NoetlError):
     kind = "loop_in_not_list"
 

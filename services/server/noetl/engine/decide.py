@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from noetl.dsl.cache import parse_playbook, template_engine
-from noetl.dsl.errors import LoopInNotListError, NoetlError, PayloadTooLargeError, TemplateError
+from noetl.dsl.errors import (
+    LoopInNotListError,
+    LoopSizeLimitError,
+    NoetlError,
+    PayloadTooLargeError,
+    StepRunLimitError,
+    TemplateError,
+)
 from noetl.dsl.model import Step
 from noetl.dsl.policy import admit, apply_patch, evaluate_arcs
 from noetl.dsl.specmerge import deep_merge, effective_step_spec
@@ -55,6 +62,18 @@ def payload_limit(state: ExecutionState, step: Step | None = None) -> int:
         spec = state.playbook.executor.get("spec") or {}
     limits = (spec.get("policy") or {}).get("limits") or {}
     return int(limits.get("max_payload_bytes", DEFAULT_PAYLOAD_LIMIT))
+
+
+DEFAULT_MAX_STEP_RUNS = 10_000
+DEFAULT_MAX_LOOP_ITEMS = 100_000
+
+
+def execution_limit(state: ExecutionState, name: str, default: int) -> int:
+    """``executor.spec.policy.limits.<name>``: bounds an execution as a whole, so only the
+    executor's spec sets it."""
+    limits = ((state.playbook.executor.get("spec") or {}).get("policy") or {}).get("limits") or {}
+    value = limits.get(name, default)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
 
 def _too_large(state: ExecutionState, run: RunState) -> PayloadTooLargeError | None:
@@ -290,6 +309,16 @@ def _arrive(
     )
     state.runs[run.run_id] = run
     state.pending += 1
+    most = execution_limit(state, "max_step_runs", DEFAULT_MAX_STEP_RUNS)
+    if state.run_counter > most:
+        err = StepRunLimitError(
+            f"step {step_name!r} would be step run {state.run_counter} of this execution; the limit is "
+            f"{most} (executor.spec.policy.limits.max_step_runs): an arc cycle that never ends? Give it an "
+            "exit condition, or raise the limit"
+        )
+        _unhandled(state, err.to_dict())  # first: no arc may fire after this failure
+        _server_step_failed(state, run, err, em)
+        return
     engine = template_engine(state.playbook)
     try:
         allowed = admit(step.admit, _context(state, args, trigger), engine, f"{step.path}.spec.policy.admit")
@@ -395,6 +424,15 @@ def _start_loop(
             ),
             em,
         )
+        return
+    most = execution_limit(state, "max_loop_items", DEFAULT_MAX_LOOP_ITEMS)
+    if len(items) > most:
+        err = LoopSizeLimitError(
+            f"loop.in of step {step.name!r} ({step.loop.path}.in) has {len(items)} elements; the limit is "
+            f"{most} (executor.spec.policy.limits.max_loop_items): page the input, or raise the limit"
+        )
+        _unhandled(state, err.to_dict())
+        _server_step_failed(state, run, err, em)
         return
     if (too_large := _too_large(state, run)) is not None:
         _server_step_failed(state, run, too_large, em)
