@@ -406,3 +406,24 @@ def test_text_without_braces_renders_to_itself(text: str) -> None:
 def test_arithmetic_matches_python(a: int, b: int) -> None:
     assert ENGINE.render("{{ a + b }}", {"a": a, "b": b}) == a + b
     assert ENGINE.render("{{ a * b }}", {"a": a, "b": b}) == a * b
+
+
+def test_filter_work_is_budgeted_per_render() -> None:
+    """Before: 20 rounds of ``('x'*1000000)|list|sort`` held a server's decision loop for 19 s
+    (34 s here). Filters now charge the size of their input, deterministically."""
+    import time
+
+    from noetl.dsl.errors import TemplateError
+    from noetl.dsl.templates import TemplateEngine
+
+    engine = TemplateEngine()
+    bomb = "{% for i in range(20) %}{{ ('x'*1000000)|list|sort|length }}{% endfor %}"
+    t0 = time.perf_counter()
+    with pytest.raises(TemplateError, match="too much work"):
+        engine.render(bomb, {}, "workflow[0].tool.args")
+    took = time.perf_counter() - t0
+    assert took < 1.0, f"the budget ran out after {took:.2f} s"
+    # ordinary data passes, and every render gets a budget of its own
+    data = {"rows": list(range(100_000))}
+    for _ in range(3):
+        assert engine.render("{{ rows | sort | list | length }}", data, "p") == 100_000

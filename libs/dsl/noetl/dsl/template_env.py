@@ -151,6 +151,7 @@ class RenderContext(Context):
     carries the render's work budget."""
 
     noetl_ops: int = lim.Limits.max_ops
+    noetl_work: int = lim.Limits.max_work
     noetl_globals: Mapping[str, Any] = types.MappingProxyType({})
 
     @classmethod
@@ -166,6 +167,7 @@ class RenderContext(Context):
         ctx.blocks = {}
         ctx.noetl_globals = env.globals
         ctx.noetl_ops = env.limits.max_ops
+        ctx.noetl_work = env.limits.max_work
         return ctx
 
     def resolve_or_missing(self, key: str) -> Any:
@@ -263,6 +265,7 @@ class NoetlSandbox(ImmutableSandboxedEnvironment):
         self.globals["range"] = lim.guarded_range(limits)
         self.filters.pop("random", None)
         lim.guard_filters(self.filters, limits)
+        lim.meter_filters(self.filters, limits)
         self.filters[_ITER_FILTER] = pass_context(lim.guarded_iter(limits))
 
     def _printable(self, value: Any) -> Any:

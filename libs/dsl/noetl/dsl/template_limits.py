@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jinja2.runtime import Undefined
+from jinja2.utils import _PassArg
 
 
 class LimitExceeded(Exception):
@@ -31,6 +32,9 @@ class Limits:
     max_chars: int = 1 << 20        # characters of a rendered or built string (weight of a built list)
     max_range: int = 100_000        # items of one range()
     max_ops: int = 1_000_000        # loop iterations plus calls in one render
+    # items and characters that filters may process in one render: a filter's work grows with its
+    # input (``list``, ``sort``, ``unique`` on a long string or list), which one op does not count
+    max_work: int = 1_000_000
 
 
 def weight(value: Any, cap: int) -> int:
@@ -84,6 +88,60 @@ def spend(context: Any, limits: Limits) -> None:
     if left < 0:
         raise LimitExceeded(f"the template does too much work (more than {limits.max_ops} loop "
                             "iterations and calls in one render)")
+
+
+def charge(context: Any, limits: Limits, units: int) -> None:
+    """Spend ``units`` of the render's work budget: deterministic, so a replay fails the same way
+    (a CPU-time budget would depend on the machine, and the engine's decisions may not)."""
+    left = context.noetl_work - units
+    context.noetl_work = left
+    if left < 0:
+        raise LimitExceeded(
+            f"the template does too much work (its filters would process more than {limits.max_work} "
+            "items and characters in one render); work on less data, or in a python task"
+        )
+
+
+def _input_size(value: Any) -> int:
+    """O(1): the top-level length of a filter's input, the measure of what the filter walks."""
+    try:
+        return len(value) if isinstance(value, str | bytes | list | tuple | dict | set | frozenset) else 1
+    except TypeError:
+        return 1
+
+
+# filters that call Python code per element (a key function, a test, an attribute lookup): about a
+# microsecond an element where ``list`` or ``length`` take nanoseconds, so they cost more per item
+_PER_ELEMENT = frozenset(
+    {"sort", "unique", "groupby", "dictsort", "map", "select", "reject", "selectattr", "rejectattr",
+     "min", "max", "sum"}
+)
+_PER_ELEMENT_COST = 4
+
+
+def meter_filters(filters: dict[str, Callable[..., Any]], limits: Limits) -> None:
+    """Every filter charges the size of its input to the render's work budget (in place)."""
+    for name, orig in list(filters.items()):
+        filters[name] = _metered(orig, limits, _PER_ELEMENT_COST if name in _PER_ELEMENT else 1)
+
+
+def _metered(orig: Callable[..., Any], limits: Limits, per_item: int) -> Callable[..., Any]:
+    passes = getattr(orig, "jinja_pass_arg", None)
+
+    @functools.wraps(orig)
+    def metered(context: Any, *args: Any, **kwargs: Any) -> Any:
+        if args:
+            charge(context, limits, 1 + per_item * _input_size(args[0]))
+        if passes is _PassArg.context:
+            return orig(context, *args, **kwargs)
+        if passes is _PassArg.eval_context:
+            return orig(context.eval_ctx, *args, **kwargs)
+        if passes is _PassArg.environment:
+            return orig(context.environment, *args, **kwargs)
+        return orig(*args, **kwargs)
+
+    metered.jinja_pass_arg = _PassArg.context  # type: ignore[attr-defined]
+    return metered
 
 
 def guarded_range(limits: Limits) -> Callable[..., range]:
