@@ -47,7 +47,9 @@ def test_an_unreachable_nats_is_one_line_within_seconds(args: tuple[str, ...]) -
     assert took < 20, f"took {took:.1f} s"
 
 
-def test_catalog_register_of_an_invalid_or_missing_file_says_which(nats_server: object, tmp_path: Path) -> None:
+def test_catalog_register_of_an_invalid_or_missing_file_says_which(
+    nats_server: object, tmp_path: Path
+) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: b}\nworkflow: []\n")
     url = nats_server.url  # type: ignore[attr-defined]

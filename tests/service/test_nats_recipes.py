@@ -101,6 +101,7 @@ async def test_stream_view_sub_stream_info_consumer_info_kv_get(nc, services) ->
     cfg = info["config"]
     assert cfg["subjects"] == ["noetl.events.>"] and cfg["retention"] == "limits"
     assert cfg["storage"] == "file" and cfg["duplicate_window"] == 30 * 60 * NANOS
+    assert cfg["max_age"] == 30 * 24 * 3600 * NANOS  # the default retention, NOETL_EVENTS_MAX_AGE
     assert info["state"]["messages"] >= len(events)
     for stream, subjects in (
         ("NOETL_COMMANDS", ["noetl.commands.>"]),
@@ -143,7 +144,9 @@ async def test_stream_view_sub_stream_info_consumer_info_kv_get(nc, services) ->
     ):
         assert (await api(nc, f"$JS.API.STREAM.INFO.{stream}"))["config"]["name"] == stream
     checkpoint = await api(
-        nc, "$JS.API.STREAM.MSG.GET.KV_noetl_server", {"last_by_subj": "$KV.noetl_server.checkpoint.p0"}
+        nc,
+        "$JS.API.STREAM.MSG.GET.KV_noetl_server",
+        {"last_by_subj": f"$KV.noetl_server.checkpoint.p{s.partition_of(eid, s.DEFAULT_PARTITIONS)}"},
     )
     assert int(base64.b64decode(checkpoint["message"]["data"])) > 0
 

@@ -78,3 +78,29 @@ async def test_retrying_waits_out_transient_failures_and_passes_others() -> None
     loop = asyncio.get_running_loop()
     with pytest.raises(nats.errors.TimeoutError):
         await retrying(never, "test", first_delay=0.01, deadline=loop.time() + 0.1)
+
+
+@pytest.mark.parametrize(
+    ("age", "size", "want"),
+    [(None, None, (30 * 86400.0, -1)), ("12h", "1000000", (43200.0, 1_000_000)), ("0", "0", (0.0, -1))],
+)
+def test_event_log_retention_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, age: str | None, size: str | None, want: tuple[float, int]
+) -> None:
+    from noetl.events.streams import events_retention
+
+    for name, value in (("NOETL_EVENTS_MAX_AGE", age), ("NOETL_EVENTS_MAX_BYTES", size)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert events_retention() == want
+
+
+def test_a_retention_that_is_no_duration_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from noetl.dsl.errors import DeploymentError
+    from noetl.events.streams import events_retention
+
+    monkeypatch.setenv("NOETL_EVENTS_MAX_AGE", "a month")
+    with pytest.raises(DeploymentError, match="30d"):
+        events_retention()

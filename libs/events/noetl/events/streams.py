@@ -30,16 +30,48 @@ from noetl.events.retry import is_transient, retrying
 log = logging.getLogger("noetl.streams")
 
 DUPLICATE_WINDOW = 30 * 60.0  # seconds
+# the event log's retention when it is created (an existing stream keeps what an operator set)
+DEFAULT_EVENTS_MAX_AGE = 30 * 24 * 3600.0
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(text: str, name: str) -> float:
+    """``30d``, ``12h``, ``90m``, ``3600`` (seconds) or ``0`` (forever)."""
+    text = text.strip().lower()
+    try:
+        if text and text[-1] in _UNITS:
+            return float(text[:-1]) * _UNITS[text[-1]]
+        return float(text)
+    except ValueError:
+        raise DeploymentError(f"{name}={text!r}: use a duration such as 30d, 12h, 90m or 0 (forever)") from (
+            None
+        )
+
+
+def events_retention() -> tuple[float, int]:
+    """(max_age seconds, max_bytes) for ``NOETL_EVENTS``: ``NOETL_EVENTS_MAX_AGE`` (default 30d;
+    0 keeps events forever) and ``NOETL_EVENTS_MAX_BYTES`` (default unlimited). Older events go
+    first; an execution running longer than the age loses its history, so set it above that."""
+    age = _duration(os.environ.get("NOETL_EVENTS_MAX_AGE", "30d"), "NOETL_EVENTS_MAX_AGE")
+    raw = os.environ.get("NOETL_EVENTS_MAX_BYTES", "").strip()
+    try:
+        size = int(raw) if raw else -1
+    except ValueError:
+        raise DeploymentError(f"NOETL_EVENTS_MAX_BYTES={raw!r}: give a number of bytes") from None
+    return age, size if size > 0 else -1
 
 
 def stream_configs(replicas: int = 1) -> list[StreamConfig]:
+    max_age, max_bytes = events_retention()
     return [
         StreamConfig(
             name=s.EVENTS_STREAM,
             subjects=[s.EVENTS_FILTER],
             retention=RetentionPolicy.LIMITS,
+            max_age=max_age or None,
+            max_bytes=max_bytes,
             storage=StorageType.FILE,
-            duplicate_window=DUPLICATE_WINDOW,
+            duplicate_window=min(DUPLICATE_WINDOW, max_age) if max_age else DUPLICATE_WINDOW,
             num_replicas=replicas,
             description="NoETL event log: every execution's events, in order",
         ),
