@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
+from noetl.events.audit import AUDIT_STREAM, CREDENTIALS_AUDIT_SUBJECT
 from noetl.events.credentials import CredentialStore, generate_key
 from noetl.events.runtime import RuntimeRegistrar
 from noetl.server.api import ApiServer
-from noetl.server.api.audit import AUDIT_STREAM, CREDENTIALS_AUDIT_SUBJECT
 from noetl.server.api.launch import start_operations
 from noetl.server.service import Server
 from noetl.worker.service import Worker
@@ -240,18 +240,24 @@ async def audit_records(nc: Any) -> list[dict[str, Any]]:
 
 async def test_credentials_api_with_audit(stack) -> None:  # type: ignore[no-untyped-def]
     http, nc = stack["http"], stack["nc"]
+    admin = {"Authorization": f"Bearer {ADMIN}"}
     name, secret = f"pg-{uuid.uuid4().hex[:8]}", "s3cr3t-" + uuid.uuid4().hex
-    r = await http.post(
-        "/api/credentials", json={"name": name, "kind": "postgres", "data": {"password": secret}}
-    )
-    assert r.status_code == 201 and r.json() == {"name": name, "kind": "postgres"}
+    body = {"name": name, "kind": "postgres", "data": {"password": secret}}
+    # a user token runs playbooks; it may not create, overwrite or delete credentials
+    r = await http.post("/api/credentials", json=body)
+    assert r.status_code == 403 and r.json()["error"]["kind"] == "forbidden", r.text
+    r = await http.post("/api/credentials", json=body, headers=admin)
+    assert r.status_code == 201 and r.json() == {
+        "name": name,
+        "kind": "postgres",
+        "scope": {"paths": ["*"], "inline": False},
+    }
     listed = (await http.get("/api/credentials")).json()
     assert {"name": name, "kind": "postgres"} in listed and secret not in json.dumps(listed)
     assert (await http.get(f"/api/credentials/{name}")).json() == {"name": name, "kind": "postgres"}
 
     r = await http.get(f"/api/credentials/{name}", params={"include_data": "true"})
     assert r.status_code == 403 and secret not in r.text
-    admin = {"Authorization": f"Bearer {ADMIN}"}
     r = await http.get(
         f"/api/credentials/{name}", params={"include_data": "true", "execution_id": "e-42"}, headers=admin
     )
@@ -265,12 +271,59 @@ async def test_credentials_api_with_audit(stack) -> None:  # type: ignore[no-unt
     raw = json.dumps(mine)
     assert secret not in raw and TOKEN not in raw and ADMIN not in raw
 
-    assert (await http.delete(f"/api/credentials/{name}")).status_code == 204
+    assert (await http.delete(f"/api/credentials/{name}")).status_code == 403
+    assert (await http.delete(f"/api/credentials/{name}", headers=admin)).status_code == 204
     assert (await http.get(f"/api/credentials/{name}")).status_code == 404
-    assert (await http.delete(f"/api/credentials/{name}")).status_code == 404
-    bad = await http.post("/api/credentials", json={"name": "a b", "data": {}})
+    assert (await http.delete(f"/api/credentials/{name}", headers=admin)).status_code == 404
+    bad = await http.post("/api/credentials", json={"name": "a b", "data": {}}, headers=admin)
     assert bad.status_code == 400
-    assert "credential.delete" in {a["action"] for a in await audit_records(nc) if a["credential"] == name}
+    actions = {(a["action"], a["outcome"]) for a in await audit_records(nc) if a["credential"] == name}
+    assert ("credential.delete", "deleted") in actions and ("credential.delete", "denied") in actions
+
+
+EXFILTRATE = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: exfil, path: NAME}
+keychain: [{name: CRED, kind: secret}]
+workflow:
+  - step: start
+    tool: {kind: noop, result: "{{ keychain.CRED.token | reverse | join }}"}
+"""
+
+
+async def test_a_credential_is_used_only_within_its_scope(stack) -> None:  # type: ignore[no-untyped-def]
+    """Before: any inline playbook could declare any credential and return it reversed."""
+    http, nc = stack["http"], stack["nc"]
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    cred, token = f"team_{uuid.uuid4().hex[:6]}", "tok-" + uuid.uuid4().hex
+    r = await http.post(
+        "/api/credentials",
+        json={"name": cred, "kind": "secret", "data": {"token": token}, "scope": {"paths": ["team_a/"]}},
+        headers=admin,
+    )
+    assert r.status_code == 201, r.text
+
+    async def run(body: dict[str, Any]) -> dict[str, Any]:
+        eid = (await http.post("/api/executions", json=body)).json()["execution_id"]
+        await sse_events(http, eid)  # until it is processed
+        return (await http.get(f"/api/executions/{eid}")).json()
+
+    inline = EXFILTRATE.replace("CRED", cred).replace("NAME", "team_a/exfil")
+    out = await run({"playbook": inline})
+    assert out["status"] == "failed" and out["error"]["kind"] == "credential_out_of_scope", out
+    assert token[::-1] not in json.dumps(out)
+    for path, allowed in (("team_b/exfil", False), ("team_a/exfil", True)):
+        text = EXFILTRATE.replace("CRED", cred).replace("NAME", path)
+        assert (await http.post("/api/catalog", json={"playbook": text})).status_code in (200, 201)
+        out = await run({"path": path})
+        if allowed:
+            assert out["status"] == "success", out
+        else:
+            assert out["status"] == "failed" and out["error"]["kind"] == "credential_out_of_scope", path
+    # the worker recorded the one use it made, for that execution
+    uses = [a for a in await audit_records(nc) if a["credential"] == cred and a["action"] == "credential.use"]
+    assert len(uses) == 1 and uses[0]["outcome"] == "granted" and uses[0]["who"].startswith("worker:"), uses
 
 
 async def test_runtime_lists_live_processes(stack) -> None:  # type: ignore[no-untyped-def]

@@ -112,6 +112,12 @@ class KeychainUnresolvedError(NoetlError):
     kind = "keychain_unresolved"
 
 
+class CredentialScopeError(NoetlError):
+    """A playbook declares a keychain entry whose scope does not include it."""
+
+    kind = "credential_out_of_scope"
+
+
 class ToolError(NoetlError):
     kind = "tool_error"
 

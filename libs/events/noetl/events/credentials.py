@@ -73,6 +73,40 @@ def check_name(name: str) -> str:
     return name
 
 
+# Who may use a credential: catalog paths (exact, a prefix ending in "/", or "*" for any) and whether
+# an inline playbook (text sent with the request, not registered) may. An inline playbook can be
+# written by anyone who may send a request, so by default it may use no credential at all.
+DEFAULT_SCOPE: dict[str, Any] = {"paths": ["*"], "inline": False}
+
+
+def check_scope(scope: dict[str, Any] | None) -> dict[str, Any]:
+    if scope is None:
+        return dict(DEFAULT_SCOPE)
+    paths, inline = scope.get("paths", ["*"]), scope.get("inline", False)
+    unknown = set(scope) - {"paths", "inline"}
+    if (
+        unknown
+        or not isinstance(paths, list)
+        or not all(isinstance(p, str) and p for p in paths)
+        or not isinstance(inline, bool)
+    ):
+        raise ValueError(
+            'a credential scope is {"paths": ["finance/", "etl/daily", "*"], "inline": false}: paths are '
+            "catalog paths, prefixes ending in '/', or '*'"
+        )
+    return {"paths": list(paths), "inline": inline}
+
+
+def scope_allows(scope: dict[str, Any], path: str | None) -> bool:
+    """Whether a playbook may use the credential: ``path`` is its catalog path, None when inline."""
+    if path is None:
+        return bool(scope.get("inline"))
+    for allowed in scope.get("paths") or ():
+        if allowed == "*" or allowed == path or (allowed.endswith("/") and path.startswith(allowed)):
+            return True
+    return False
+
+
 class CredentialStore:
     """Put, get, delete and list keychain entries ``{kind, data}`` by name."""
 
@@ -98,11 +132,21 @@ class CredentialStore:
                                           entry=name)
         return self._cipher
 
-    async def put(self, name: str, kind: str, data: dict[str, Any]) -> None:
+    async def put(
+        self, name: str, kind: str, data: dict[str, Any], scope: dict[str, Any] | None = None
+    ) -> None:
         cipher = self._need_cipher(check_name(name), "store")
         secret = json.dumps({"name": name, "data": data}, separators=(",", ":")).encode()
-        record = {"kind": kind, "token": cipher.encrypt(secret).decode("ascii")}
+        record = {"kind": kind, "token": cipher.encrypt(secret).decode("ascii"), "scope": check_scope(scope)}
         await self.kv.put(name, json.dumps(record).encode())
+
+    async def scope(self, name: str) -> dict[str, Any] | None:
+        """The entry's scope (``DEFAULT_SCOPE`` for one stored without), None when it does not exist;
+        needs no key: the scope is metadata, like the kind."""
+        record = await self._record(name)
+        if record is None:
+            return None
+        return record.get("scope") or dict(DEFAULT_SCOPE)
 
     async def _record(self, name: str) -> dict[str, Any] | None:
         try:

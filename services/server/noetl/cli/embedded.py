@@ -74,7 +74,9 @@ async def run_embedded(
         creds = await CredentialStore.open(js, generate_key())
         if credentials_file:
             for name, entry in load_credentials_file(credentials_file).items():
-                await creds.put(name, entry.get("kind", "secret"), entry.get("data") or {})
+                # a private run of the user's own file: its playbook is inline, and may use them
+                scope = {"paths": ["*"], "inline": True}
+                await creds.put(name, entry.get("kind", "secret"), entry.get("data") or {}, scope)
         catalog = await Catalog.open(js)
         if catalog_dir:
             await register_catalog_dir(catalog, catalog_dir)

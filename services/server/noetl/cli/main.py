@@ -174,6 +174,7 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
             svc,
             http_host=getattr(args, "http_host", "127.0.0.1"),
             http_port=getattr(args, "http_port", -1),
+            insecure=True if getattr(args, "insecure", False) else None,
         )
         print(f"noetl {role} running against {args.nats_url}", file=sys.stderr)
         if ops.api is not None:
@@ -365,6 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="HTTP API port; 0 picks a free one (logged), -1 turns the API off",
     )
     p.add_argument("--http-host", default=os.environ.get("NOETL_HTTP_HOST", "127.0.0.1"))
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve the HTTP API on a non-loopback address without NOETL_API_TOKEN (a trusted network only)",
+    )
     p.set_defaults(fn=cmd_server)
 
     p = sub.add_parser("worker", help="run a worker for a pool")

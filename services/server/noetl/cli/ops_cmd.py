@@ -160,8 +160,9 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
     try:
         if args.action == "set":
             data = _credential_data(args)
-            await store.put(args.name, args.kind, data)
-            _print_json({"name": args.name, "kind": args.kind, "stored": True})
+            scope = {"paths": args.scope or ["*"], "inline": args.allow_inline}
+            await store.put(args.name, args.kind, data, scope)
+            _print_json({"name": args.name, "kind": args.kind, "scope": scope, "stored": True})
         elif args.action == "list":
             for e in await store.list():
                 print(f"{e['name']}\t{e.get('kind')}")
@@ -233,6 +234,17 @@ def add_parsers(sub: Any, nats_url_default: str) -> None:
     a.add_argument("--kind", default="secret")
     a.add_argument("--data", help="the fields as JSON")
     a.add_argument("--data-file", help="a JSON or YAML file with the fields")
+    a.add_argument(
+        "--scope",
+        action="append",
+        metavar="PATH",
+        help="a catalog path, a prefix ending in '/', or '*' that may use it (repeatable; default '*')",
+    )
+    a.add_argument(
+        "--allow-inline",
+        action="store_true",
+        help="inline playbooks (sent with the request, not registered) may use it too; off by default",
+    )
     action("list", "names and kinds, never values")
     a = action("delete", "delete a credential with its history")
     a.add_argument("name")

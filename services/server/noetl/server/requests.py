@@ -14,12 +14,13 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from noetl.dsl.cache import digest_of, parse_playbook
-from noetl.dsl.errors import PlaybookInvalidError, RequestInvalidError
+from noetl.dsl.errors import CredentialScopeError, PlaybookInvalidError, RequestInvalidError
 from noetl.dsl.names import execution_id_problem, request_id_problem
 from noetl.events import subjects as s
 from noetl.events.bus import publish_all
 from noetl.events.catalog import MAX_MESSAGE_BYTES, Catalog
 from noetl.events.clock import utc_now
+from noetl.events.credentials import scope_allows
 from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.ids import derive_id, execution_id_for
 
@@ -78,11 +79,27 @@ class RequestHandler:
             await self._reject(execution_id, partition, e.to_dict(), req)
             return {"execution_id": execution_id, "error": e.to_dict()}
         digest = digest_of(text)
-        await self.catalog.put_digest(digest, text)
-        missing = []
+        missing, refused = [], []
+        origin = None if req.get("playbook") else str(req["path"])  # what the request can prove
         for entry in playbook.keychain:
-            if self.credentials is None or not await self.credentials.exists(entry.name):
+            scope = await self.credentials.scope(entry.name) if self.credentials is not None else None
+            if scope is None:
                 missing.append(entry.name)
+            elif not scope_allows(scope, origin):
+                refused.append(entry.name)
+        if refused:
+            where = "an inline playbook" if origin is None else f"catalog path {origin!r}"
+            names = ", ".join(refused)
+            err = CredentialScopeError(
+                f"credential{'s' if len(refused) > 1 else ''} {names} may not be used by {where}: "
+                "its scope does not include it. Register the playbook under a path in the credential's scope "
+                "(noetl catalog register) and request it by path, or have an admin widen the scope "
+                "(noetl credentials set NAME --scope PATH [--allow-inline])",
+                entries=refused,
+            )
+            await self._reject(execution_id, partition, err.to_dict(), req)
+            return {"execution_id": execution_id, "error": err.to_dict()}
+        await self.catalog.put_digest(digest, text)
         event = make_event(
             event_id=derive_id("requested", execution_id),
             execution_id=execution_id,

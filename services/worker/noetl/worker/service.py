@@ -33,6 +33,7 @@ from noetl.dsl.names import pool_problem
 from noetl.dsl.specmerge import effective_step_spec
 from noetl.events import logs
 from noetl.events import subjects as s
+from noetl.events.audit import ensure_audit_stream, record_credential_access
 from noetl.events.catalog import Catalog
 from noetl.events.clock import utc_now
 from noetl.events.envelope import dumps, loads, make_event
@@ -105,6 +106,7 @@ class Worker:
                 lambda: CredentialStore.open(self.js, None), "opening credentials"
             )
         self.catalog = await retrying(lambda: Catalog.open(self.js), "opening the catalog")
+        await retrying(lambda: ensure_audit_stream(self.js, self.replicas), "audit stream")
         self.iter_kv = await retrying(lambda: self.js.key_value(s.ITER_BUCKET), "opening noetl_iter")
         self.services["catalog"] = self.catalog
         import noetl.worker.tools  # noqa: F401  (registers the kinds)
@@ -290,7 +292,9 @@ class Worker:
             pb = self._playbooks[digest] = parse_playbook(text, "catalog")
         return pb
 
-    async def _keychain(self, playbook: Playbook) -> dict[str, Any]:
+    async def _keychain(self, playbook: Playbook, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Every credential a command reads is recorded in ``NOETL_AUDIT`` first (the record's id
+        derives from the command's, so a redelivered command records its use once)."""
         out: dict[str, Any] = {}
         for entry in playbook.keychain:
             got = (
@@ -299,6 +303,20 @@ class Worker:
                 else None
             )
             if got is not None:
+                await retrying(
+                    lambda e=entry, g=got: record_credential_access(
+                        self.js,
+                        action="credential.use",
+                        credential=e.name,
+                        who=f"worker:{self.worker_id}",
+                        outcome="granted",
+                        execution_id=cmd.get("execution_id"),
+                        parent_execution_id=cmd.get("parent_execution_id"),
+                        kind=g.get("kind"),
+                        audit_id=derive_id(cmd["command_id"], "credential", e.name),
+                    ),
+                    "recording a credential use",
+                )
                 out[entry.name] = got.get("data", got)
         logs.register_keychain(out)
         return out
@@ -337,7 +355,7 @@ class Worker:
         playbook = await self._playbook(cmd["playbook_digest"])
         step = playbook.step(cmd["step"])
         try:
-            keychain = await self._keychain(playbook)
+            keychain = await self._keychain(playbook, cmd)
         except NoetlError as e:  # e.g. no key to decrypt the store: say so, do not retry forever
             await self._publish_terminal(
                 cmd, False, {"result": None, "ctx_patches": [], "error": e.to_dict()}

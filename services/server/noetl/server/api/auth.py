@@ -13,7 +13,7 @@ import json
 import time
 from typing import Any
 
-from noetl.server.api.audit import token_id
+from noetl.events.audit import token_id
 from noetl.server.api.metrics import Metrics
 
 PROTECTED_PREFIX = "/api/"

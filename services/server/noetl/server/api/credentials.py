@@ -15,8 +15,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from noetl.dsl.errors import KeychainUnresolvedError
-from noetl.events.credentials import check_name
-from noetl.server.api.audit import record_credential_access
+from noetl.events.audit import record_credential_access
+from noetl.events.credentials import check_name, check_scope
 from noetl.server.api.context import auth_of, body_error, ctx_of, error, json_body
 
 
@@ -33,6 +33,16 @@ async def _audit(request: Request, action: str, name: str, outcome: str, kind: s
         kind=kind,
         remote=request.client.host if request.client else None,
     )
+
+
+def _forbidden_to_manage(request: Request) -> Response | None:
+    """Creating, replacing and deleting credentials is an admin's: a user token may run playbooks,
+    and a user who could write a credential could point one at their own server. Without any
+    token configured (a loopback-only API) there are no roles to tell apart."""
+    ctx = ctx_of(request)
+    if auth_of(request)["role"] == "admin" or not (ctx.token or ctx.admin_token):
+        return None
+    return error(403, "forbidden", "managing credentials needs the admin token (NOETL_API_ADMIN_TOKEN)")
 
 
 def _name(request: Request) -> str | None:
@@ -52,11 +62,19 @@ async def put_credential(request: Request) -> Response:
           schema:
             type: object
             required: [name, data]
-            properties: {name: {type: string}, kind: {type: string}, data: {type: object}}
+            properties:
+              name: {type: string}
+              kind: {type: string}
+              data: {type: object}
+              scope: {type: object, description: "{paths: [catalog path, prefix/ or *], inline: bool}"}
     responses:
-      201: {description: "{name, kind}"}
+      201: {description: "{name, kind, scope}"}
+      403: {description: not the admin token}
       503: {description: the server has no credentials key}
     """
+    if (denied := _forbidden_to_manage(request)) is not None:
+        await _audit(request, "credential.put", str(request.path_params.get("name", "?")), "denied")
+        return denied
     try:
         body = await json_body(request)
     except ValueError as e:
@@ -71,11 +89,15 @@ async def put_credential(request: Request) -> Response:
     if not isinstance(kind, str):
         return error(400, "request_invalid", "`kind` must be a string")
     try:
-        await ctx_of(request).credentials.put(name, kind, body["data"])
+        scope = check_scope(body.get("scope"))
+    except ValueError as e:
+        return error(400, "request_invalid", str(e))
+    try:
+        await ctx_of(request).credentials.put(name, kind, body["data"], scope)
     except KeychainUnresolvedError as e:
         return error(503, "keychain_unresolved", e.message)
     await _audit(request, "credential.put", name, "stored", kind)  # type: ignore[arg-type]
-    return JSONResponse({"name": name, "kind": kind}, status_code=201)
+    return JSONResponse({"name": name, "kind": kind, "scope": scope}, status_code=201)
 
 
 async def list_credentials(request: Request) -> Response:
@@ -137,6 +159,9 @@ async def delete_credential(request: Request) -> Response:
     name = _name(request)
     if name is None:
         return error(400, "request_invalid", "invalid credential name")
+    if (denied := _forbidden_to_manage(request)) is not None:
+        await _audit(request, "credential.delete", name, "denied")
+        return denied
     store = ctx_of(request).credentials
     if not await store.exists(name):
         return error(404, "not_found", f"no credential {name!r}")

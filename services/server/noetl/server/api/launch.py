@@ -61,6 +61,7 @@ async def start_operations(
     http_port: int = 8080,
     heartbeat: float = DEFAULT_INTERVAL,
     ttl: float = DEFAULT_TTL,
+    insecure: bool | None = None,
 ) -> Operations:
     """Start the parts for ``role`` around an already started ``svc``; ``http_port < 0`` turns HTTP off."""
     ops = Operations()
@@ -68,7 +69,13 @@ async def start_operations(
         if role == "server":
             if http_port >= 0:
                 ops.api = ApiServer(
-                    nc, svc.requests, svc.catalog, svc.credentials, host=http_host, port=http_port
+                    nc,
+                    svc.requests,
+                    svc.catalog,
+                    svc.credentials,
+                    host=http_host,
+                    port=http_port,
+                    insecure=insecure,
                 )
                 await ops.api.start()
                 ops.parts.append(ops.api)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import socket
@@ -19,9 +20,10 @@ from typing import Any
 import uvicorn
 from nats.aio.client import Client as NATS
 
+from noetl.dsl.errors import DeploymentError
+from noetl.events.audit import ensure_audit_stream
 from noetl.events.retry import retrying
 from noetl.server.api.app import build_app
-from noetl.server.api.audit import ensure_audit_stream
 from noetl.server.api.collector import MetricsCollector
 from noetl.server.api.context import ApiContext
 
@@ -29,6 +31,26 @@ log = logging.getLogger("noetl.server.api")
 
 TOKEN_ENV = "NOETL_API_TOKEN"
 ADMIN_TOKEN_ENV = "NOETL_API_ADMIN_TOKEN"
+INSECURE_ENV = "NOETL_API_INSECURE"
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def check_exposure(host: str, token: str | None, insecure: bool) -> None:
+    """Secure by default: an API reachable from other machines must ask for a token. Without
+    one, anyone who reaches the port could run playbooks (and, through them, use credentials)."""
+    if token or insecure or is_loopback(host):
+        return
+    raise DeploymentError(
+        f"the HTTP API would listen on {host} without a token: set {TOKEN_ENV} (and {ADMIN_TOKEN_ENV} "
+        f"for credential management), listen on 127.0.0.1, or pass --insecure ({INSECURE_ENV}=1) on a "
+        "network you trust"
+    )
 
 
 class _Uvicorn(uvicorn.Server):
@@ -69,13 +91,18 @@ class ApiServer:
         port: int = 8080,
         token: str | None = None,
         admin_token: str | None = None,
+        insecure: bool | None = None,
     ) -> None:
+        token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        if insecure is None:
+            insecure = os.environ.get(INSECURE_ENV, "").strip().lower() in ("1", "true", "yes")
+        check_exposure(host, token, insecure)
         self.ctx = ApiContext(
             nc=nc,
             requests=requests_handler,
             catalog=catalog,
             credentials=credentials,
-            token=token if token is not None else os.environ.get(TOKEN_ENV) or None,
+            token=token,
             admin_token=admin_token if admin_token is not None else os.environ.get(ADMIN_TOKEN_ENV) or None,
         )
         self.host, self.port = host, port

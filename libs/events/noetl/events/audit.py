@@ -1,7 +1,8 @@
 """The credential audit trail: stream ``NOETL_AUDIT``, subject ``noetl.audit.credentials``.
 
-Reading a secret's value through the API is the one operation whose record must outlive the
-process that served it, so it goes to its own stream (own retention, own permissions) and not to
+Reading a secret's value (through the API, or by a worker for a command whose playbook declares
+it) is the one operation whose record must outlive the process that served it, so it goes to
+its own stream (own retention, own permissions) and not to
 the event log, which users read freely. A record says who, when, what and for which execution:
 never the value, nor the token itself (only a hash prefix that identifies it).
 """
@@ -56,10 +57,11 @@ async def record_credential_access(
     parent_execution_id: str | None = None,
     kind: str | None = None,
     remote: str | None = None,
+    audit_id: str | None = None,
 ) -> dict[str, Any]:
     """Store one record and wait for its ack: an unrecorded read must not be served."""
     record = {
-        "audit_id": uuid.uuid4().hex,
+        "audit_id": audit_id or uuid.uuid4().hex,
         "timestamp": utc_now(),
         "action": action,
         "credential": credential,
