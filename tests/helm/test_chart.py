@@ -61,6 +61,8 @@ def test_lint_strict_passes(which: str) -> None:
         {},
         production_values(),
         {"nats": {"enabled": True}, **INLINE_SECRETS},
+        {"auth": {"insecure": True}},
+        {"auth": {"apiToken": "api-token-given"}},
         {
             "server": {"replicaCount": 1, "strategy": {"type": "Recreate"}},
             "podDisruptionBudget": {"enabled": False},
@@ -78,6 +80,8 @@ def test_lint_strict_passes(which: str) -> None:
         "default",
         "production",
         "bundled-nats-inline-secrets",
+        "insecure-api",
+        "given-user-token-generated-admin",
         "one-server-recreate",
         "standbys-percentages",
     ],
@@ -99,6 +103,7 @@ def test_default_values_render_the_server_and_the_default_pool() -> None:
         "Pod",
         "PodDisruptionBudget",
         "PodDisruptionBudget",
+        "Secret",  # the generated API tokens
         "Service",
         "ServiceAccount",
     ]
@@ -246,6 +251,8 @@ def test_bundled_nats_is_reached_by_its_service_name(release: str, url: str) -> 
             "/nats/config/cluster/replicas",
         ),
         ({"nats": {"url": "nats://a:4222, nats://b:4222"}}, "/nats/url"),
+        ({"auth": {"insecure": "yes"}}, "/auth/insecure"),
+        ({"auth": {"insecur": True}}, "'insecur'"),
     ],
 )
 def test_schema_rejects_typos_and_bad_values(values: dict[str, Any], where: str) -> None:

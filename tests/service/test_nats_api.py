@@ -125,7 +125,13 @@ async def test_errors_come_back_with_service_error_headers(service) -> None:  # 
 
 async def test_cancel_endpoint_records_the_cancel_request(service) -> None:  # type: ignore[no-untyped-def]
     user = service["user"]
-    eid = uuid.uuid4().hex  # cancelling an unknown execution is accepted and recorded, no more
+    unknown = uuid.uuid4().hex  # no such execution: 404, and nothing is recorded (no phantom)
+    reply, headers = await request(user, "noetl.api.cancel", {"execution_id": unknown})
+    assert headers["Nats-Service-Error-Code"] == "404" and reply["error"]["kind"] == "not_found"
+    reply, headers = await request(user, "noetl.api.status", {"execution_id": unknown})
+    assert headers["Nats-Service-Error-Code"] == "404", reply  # before: "running", forever
+    started, _ = await request(user, "noetl.api.execute", {"playbook": HELLO, "payload": {"name": "Ada"}})
+    eid = started["execution_id"]
     reply, headers = await request(user, "noetl.api.cancel", {"execution_id": eid, "reason": "because"})
     assert reply == {"execution_id": eid, "cancel": "requested"} and not headers
     sub = await user.jetstream().subscribe(

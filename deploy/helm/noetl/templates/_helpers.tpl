@@ -181,10 +181,44 @@ existingSecret. Output: YAML map of key -> plain value (empty map when nothing i
 {{- with .Values.credentials.key }}{{ $_ := set $d "credentials-key" . }}{{ end }}
 {{- end }}
 {{- if not .Values.auth.existingSecret }}
-{{- with .Values.auth.apiToken }}{{ $_ := set $d "api-token" . }}{{ end }}
-{{- with .Values.auth.adminToken }}{{ $_ := set $d "api-admin-token" . }}{{ end }}
+{{- $generated := include "noetl.generatedApiTokens" . | fromYaml }}
+{{- $_ := set $d "api-token" (.Values.auth.apiToken | default (get $generated "api-token")) }}
+{{- $_ := set $d "api-admin-token" (.Values.auth.adminToken | default (get $generated "api-admin-token")) }}
+{{- if not (get $d "api-token") }}{{ $_ := unset $d "api-token" }}{{ end }}
+{{- if not (get $d "api-admin-token") }}{{ $_ := unset $d "api-admin-token" }}{{ end }}
 {{- end }}
 {{- toYaml $d }}
+{{- end }}
+
+{{/*
+The API tokens the chart makes up, secure by default: with the server enabled, no
+auth.existingSecret and auth.insecure false, each of auth.apiToken and auth.adminToken left empty gets one. The value
+already in the chart's Secret is kept (a helm upgrade does not change it); without one (a first
+install, or `helm template`, where lookup finds nothing) it is 48 random characters. Made once
+per render (kept in the root context), so the Secret and the pods' checksum of it agree.
+Output: YAML map of key -> plain value, only for the keys generated.
+*/}}
+{{- define "noetl.generatedApiTokens" -}}
+{{- if not (hasKey . "noetlGeneratedApiTokens") }}
+{{- $gen := dict }}
+{{- with .Values.auth }}
+{{- if and $.Values.server.enabled (not (or .existingSecret .insecure)) }}
+{{- $want := list }}
+{{- if not .apiToken }}{{ $want = append $want "api-token" }}{{ end }}
+{{- if not .adminToken }}{{ $want = append $want "api-admin-token" }}{{ end }}
+{{- if $want }}
+{{- $existing := lookup "v1" "Secret" $.Release.Namespace (include "noetl.fullname" $) }}
+{{- $kept := dig "data" dict ($existing | default dict) }}
+{{- range $key := $want }}
+{{- $old := get $kept $key | default "" | b64dec }}
+{{- $_ := set $gen $key ($old | default (randAlphaNum 48)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $_ := set . "noetlGeneratedApiTokens" $gen }}
+{{- end }}
+{{- toYaml (get . "noetlGeneratedApiTokens") }}
 {{- end }}
 
 {{/*

@@ -112,7 +112,11 @@ async def _cancel(nc: Any, args: argparse.Namespace) -> int:
     from noetl.server.api.queries import request_cancel
 
     _check_id(args.execution_id)
-    _print_json(await request_cancel(nc.jetstream(), args.execution_id, args.reason))
+    out = await request_cancel(nc.jetstream(), args.execution_id, args.reason)
+    if out is None:
+        print(f"noetl: no execution {args.execution_id}", file=sys.stderr)
+        return 2
+    _print_json(out)
     return 0
 
 

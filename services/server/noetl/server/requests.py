@@ -157,8 +157,9 @@ class RequestHandler:
             return {"error": RequestInvalidError(f"cancel: {problem}").to_dict()}
         # the execution's own partition, whatever the count was when it started
         partition = await self._partition_of_recorded(execution_id)
-        if partition is None:
-            partition = s.partition_of(execution_id, self.partitions)
+        if partition is None:  # a cancel must not make a phantom execution appear
+            log.warning("cancel request ignored: no execution %s", execution_id)
+            return {"error": {"kind": "not_found", "message": f"no execution {execution_id}"}}
         event = make_event(
             event_id=derive_id("cancel", execution_id),
             execution_id=execution_id,

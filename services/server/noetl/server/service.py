@@ -208,8 +208,11 @@ class Server:
                     log.warning("request fetch failed: %s", e)
                     await asyncio.sleep(0.2)
                     continue
-                # requests are independent of each other: handle a batch at once
-                await asyncio.gather(*(self._request(m) for m in msgs))
+                # requests are independent of each other: handle a batch at once; its cancels after
+                # them, so a cancel sent right after its request finds the execution recorded
+                cancels = [m for m in msgs if m.subject == s.CANCEL_SUBJECT]
+                await asyncio.gather(*(self._request(m) for m in msgs if m.subject != s.CANCEL_SUBJECT))
+                await asyncio.gather(*(self._request(m) for m in cancels))
         finally:
             with contextlib.suppress(Exception):
                 await puller.stop(nak=True)  # requests delivered and not handled: to the next server now

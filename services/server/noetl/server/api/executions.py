@@ -161,6 +161,7 @@ async def cancel_execution(request: Request) -> Response:
           schema: {type: object, properties: {reason: {type: string}}}
     responses:
       202: {description: "{execution_id, cancel: requested}"}
+      404: {description: no such execution}
     """
     eid, bad = _id_or_error(request)
     if bad:
@@ -171,6 +172,8 @@ async def cancel_execution(request: Request) -> Response:
         return body_error(e)
     reason = body.get("reason") if isinstance(body, dict) else None
     out = await request_cancel(ctx_of(request).js, eid, str(reason) if reason else None)
+    if out is None:
+        return error(404, "not_found", f"no execution {eid}")
     return JSONResponse(out, status_code=202)
 
 

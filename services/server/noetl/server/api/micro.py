@@ -105,4 +105,8 @@ class NatsApiService:
             await _reply(req, eid, 400)
             return
         reason = json.loads(req.data).get("reason")
-        await _reply(req, await request_cancel(self.nc.jetstream(), eid, str(reason) if reason else None))
+        out = await request_cancel(self.nc.jetstream(), eid, str(reason) if reason else None)
+        if out is None:
+            await _reply(req, {"error": {"kind": "not_found", "message": f"no execution {eid}"}}, 404)
+            return
+        await _reply(req, out)

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
 from noetl.cli.output import execution_output
 from noetl.events import subjects as s
@@ -111,8 +112,16 @@ async def execution_status(js: JetStreamContext, execution_id: str) -> dict[str,
 
 async def request_cancel(
     js: JetStreamContext, execution_id: str, reason: str | None = None
-) -> dict[str, Any]:
-    """Publish the cancel request; one id per execution, so repeated cancels are one request."""
+) -> dict[str, Any] | None:
+    """Publish the cancel request; one id per execution, so repeated cancels are one request.
+    None, and nothing published, for an execution that was never requested: a cancel must not
+    make a phantom execution appear."""
+    try:
+        await js.get_last_msg(
+            s.EVENTS_STREAM, s.execution_event_filter(execution_id, "playbook.execution.requested")
+        )
+    except NotFoundError:
+        return None
     body = {"execution_id": execution_id, "reason": reason or "cancelled by request"}
     await js.publish(s.CANCEL_SUBJECT, dumps(body), headers={"Nats-Msg-Id": f"cancel-{execution_id}"})
     return {"execution_id": execution_id, "cancel": "requested"}
