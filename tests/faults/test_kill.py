@@ -15,10 +15,9 @@ import pytest
 
 from noetl.cli.output import execution_output
 from noetl.events import subjects as s
-from noetl.events.bus import read_execution_events
 from noetl.events.envelope import dumps
 from noetl.events.ids import execution_id_for
-from noetl.server.client import wait_finished
+from noetl.server.client import complete_log, wait_finished
 from tests.faults.harness import Cluster, client, count_events
 
 pytestmark = pytest.mark.slow
@@ -76,7 +75,8 @@ async def submit(nc: Any, playbook: str | None = None, *, path: str | None = Non
 
 async def finish(nc: Any, execution_id: str, timeout: float = 90) -> dict[str, Any]:
     await wait_finished(nc, execution_id, timeout)
-    return execution_output(execution_id, await read_execution_events(nc.jetstream(), execution_id))
+    # the notification can come before the stream shows the last events: read until it does
+    return execution_output(execution_id, await complete_log(nc.jetstream(), execution_id))
 
 
 async def test_sigkill_worker_mid_parallel_loop(cluster: Cluster) -> None:

@@ -35,7 +35,7 @@ async def wait_finished(
         await sub.unsubscribe()
 
 
-async def _complete_log(js: Any, execution_id: str, patience: float = 5.0) -> list[dict[str, Any]]:
+async def complete_log(js: Any, execution_id: str, patience: float = 5.0) -> list[dict[str, Any]]:
     """The execution's events up to ``playbook.processed``.
 
     A core subscriber can hear of a message before the stream has stored it, so a read right
@@ -59,7 +59,7 @@ async def run_and_wait(nc: NATS, request: dict[str, Any], timeout: float | None 
     await js.publish(s.REQUEST_SUBJECT, dumps(request), headers={"Nats-Msg-Id": request["request_id"]})
     await wait_finished(nc, execution_id, timeout, already_subscribed=sub)
     await asyncio.sleep(0)
-    out = execution_output(execution_id, await _complete_log(js, execution_id))
+    out = execution_output(execution_id, await complete_log(js, execution_id))
     if is_reference(out.get("ctx")):
         out["ctx"] = await resolve(js, out["ctx"])
     return out
