@@ -48,3 +48,23 @@ def test_a_loop_over_max_loop_items_fails_before_any_iteration() -> None:
     ok = Driver(LOOP.replace("N", "10"))
     ok.run_all(lambda c: {"result": 1})
     assert ok.state.status == "success"
+
+
+BYTES = HEAD + """
+executor: {spec: {policy: {limits: {max_event_bytes: 20000}}}}
+workflow:
+  - step: start
+    loop: {in: "{{ range(1000) | list }}", iterator: i, spec: {mode: parallel, max_in_flight: 4}}
+    tool: {kind: noop}
+"""
+
+
+def test_event_bytes_past_the_limit_fail_the_execution_and_start_nothing_new() -> None:
+    d = Driver(BYTES)
+    d.run_all(lambda c: {"result": "x" * 100})
+    started = sum(1 for n in d.names() if n == "loop.iteration.done")
+    assert d.state.status == "failed" and d.state.error["kind"] == "event_bytes_limit", d.state.error
+    assert 0 < started < 1000, f"{started} iterations ran"
+    again = Driver(BYTES)  # deterministic: the same events, the same point
+    again.run_all(lambda c: {"result": "x" * 100})
+    assert again.names() == d.names()

@@ -104,6 +104,10 @@ class LoopSizeLimitError(NoetlError):
     kind = "loop_size_limit"
 
 
+class EventBytesLimitError(NoetlError):
+    kind = "event_bytes_limit"
+
+
 class LoopInNotListError(NoetlError):
     kind = "loop_in_not_list"
 

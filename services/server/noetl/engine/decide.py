@@ -17,6 +17,7 @@ from typing import Any
 
 from noetl.dsl.cache import parse_playbook, template_engine
 from noetl.dsl.errors import (
+    EventBytesLimitError,
     LoopInNotListError,
     LoopSizeLimitError,
     NoetlError,
@@ -65,6 +66,7 @@ def payload_limit(state: ExecutionState, step: Step | None = None) -> int:
 
 
 DEFAULT_MAX_STEP_RUNS = 10_000
+DEFAULT_MAX_EVENT_BYTES = 1 << 30
 DEFAULT_MAX_LOOP_ITEMS = 100_000
 
 
@@ -132,7 +134,9 @@ class _Emitter:
         run: RunState | None = None,
     ) -> dict[str, Any]:
         self.n += 1
-        if payload and _size(payload) > MAX_EVENT_PAYLOAD:
+        size = _size(payload) if payload else 0
+        self.state.event_bytes += size
+        if size > MAX_EVENT_PAYLOAD:
             key = f"{self.state.execution_id}/events/{derive_id(self.cause_id, self.n)}"
             payload = {"payload_ref": by_reference(self.state, payload, key, self.out, limit=0)}
         ev = make_event(
@@ -226,6 +230,7 @@ def decide(state: ExecutionState, event: dict[str, Any]) -> Decision:
         return em.out
     name = event["name"]
     state.folded_inputs += 1
+    state.event_bytes += _size(event.get("payload") or {})
     if name == "playbook.execution.requested":
         _on_requested(state, event, em)
     elif name in ("step.done", "step.failed"):
@@ -245,8 +250,27 @@ def decide(state: ExecutionState, event: dict[str, Any]) -> Decision:
         for run in state.runs.values():
             if run.loop is not None and run.status == "running":
                 _maybe_end_loop(state, run, em)
+    _check_event_bytes(state, em)
     _maybe_finish(state, em)
     return em.out
+
+
+def _check_event_bytes(state: ExecutionState, em: _Emitter) -> None:
+    """Past ``max_event_bytes`` the execution fails: nothing new starts, what runs finishes."""
+    most = execution_limit(state, "max_event_bytes", DEFAULT_MAX_EVENT_BYTES)
+    if state.failed or state.event_bytes <= most:
+        return
+    _unhandled(
+        state,
+        EventBytesLimitError(
+            f"the execution's events reached {state.event_bytes} bytes; the limit is {most} "
+            "(executor.spec.policy.limits.max_event_bytes): keep large data in results (they travel by "
+            "reference), page long loops, or raise the limit"
+        ).to_dict(),
+    )
+    for run in state.runs.values():
+        if run.loop is not None and run.status == "running":
+            _maybe_end_loop(state, run, em)
 
 
 # --- request -------------------------------------------------------------------------------

@@ -63,3 +63,4 @@ class ExecutionState:
     status: str = "running"  # running | success | failed
     result: Any = None  # result of the last leaf run (SEMANTICS §13)
     folded_inputs: int = 0
+    event_bytes: int = 0  # payload bytes of the inputs folded and the events written (limits)
