@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from nats.js import JetStreamContext
 from nats.js.api import (
@@ -28,6 +30,7 @@ from noetl.events import subjects as s
 from noetl.events.retry import is_transient, retrying
 
 log = logging.getLogger("noetl.streams")
+T = TypeVar("T")
 
 DUPLICATE_WINDOW = 30 * 60.0  # seconds
 # the event log's retention when it is created (an existing stream keeps what an operator set)
@@ -223,43 +226,51 @@ async def ensure_kv(
     """Open a bucket, creating it when missing; an existing one is brought to ``replicas`` copies
     (``NOETL_REPLICAS`` when None), its other settings kept."""
     want = replicas_wanted(replicas)
+    cfg = KeyValueConfig(
+        bucket=bucket,
+        history=history,
+        replicas=want or 1,
+        ttl=ttl,
+        storage=StorageType.MEMORY if memory else StorageType.FILE,
+    )
+    return await _open_or_create(
+        js, f"KV_{bucket}", want, lambda: js.key_value(bucket), lambda: js.create_key_value(cfg)
+    )
+
+
+async def _open_or_create(
+    js: JetStreamContext,
+    stream: str,
+    want: int | None,
+    open_: Callable[[], Awaitable[T]],
+    create: Callable[[], Awaitable[T]],
+) -> T:
+    """A bucket or object store: opened, else created (another service may win the race), and in
+    both cases brought to ``want`` copies."""
     try:
-        kv = await js.key_value(bucket)
+        got = await open_()
     except NotFoundError:
-        cfg = KeyValueConfig(
-            bucket=bucket,
-            history=history,
-            replicas=want or 1,
-            ttl=ttl,
-            storage=StorageType.MEMORY if memory else StorageType.FILE,
-        )
         try:
-            return await js.create_key_value(cfg)
+            return await create()
         except BadRequestError:
-            kv = await js.key_value(bucket)  # another service created it first
+            got = await open_()  # another service created it first
         except APIError as e:
             if e.err_code in _PLACEMENT_ERR_CODES:
-                raise _placement_error(f"KV_{bucket}", want or 1, e) from e
+                raise _placement_error(stream, want or 1, e) from e
             raise
-    await _reconcile_replicas(js, f"KV_{bucket}", want)
-    return kv
+    await _reconcile_replicas(js, stream, want)
+    return got
 
 
 async def ensure_object_store(
     js: JetStreamContext, bucket: str, *, replicas: int | None = None
 ) -> ObjectStore:
     want = replicas_wanted(replicas)
-    try:
-        obs = await js.object_store(bucket)
-    except NotFoundError:
-        try:
-            # the name goes first: nats-py drops a bucket given only inside ObjectStoreConfig
-            return await js.create_object_store(bucket, replicas=want or 1)
-        except BadRequestError:
-            obs = await js.object_store(bucket)  # another service created it first
-        except APIError as e:
-            if e.err_code in _PLACEMENT_ERR_CODES:
-                raise _placement_error(f"OBJ_{bucket}", want or 1, e) from e
-            raise
-    await _reconcile_replicas(js, f"OBJ_{bucket}", want)
-    return obs
+    return await _open_or_create(
+        js,
+        f"OBJ_{bucket}",
+        want,
+        lambda: js.object_store(bucket),
+        # the name goes first: nats-py drops a bucket given only inside ObjectStoreConfig
+        lambda: js.create_object_store(bucket, replicas=want or 1),
+    )

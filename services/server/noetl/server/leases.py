@@ -104,14 +104,17 @@ class PartitionLeases:
         await retrying(lambda: self._round(first=True), "taking partition leases")
         self._task = asyncio.create_task(self._loop(), name=f"noetl-leases-{self.member}")
 
-    async def stop(self) -> None:
-        """Hand every partition over at once: stop deciding, then delete the keys."""
+    async def _stop_renewing(self) -> None:
         self._stopped = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
+
+    async def stop(self) -> None:
+        """Hand every partition over at once: stop deciding, then delete the keys."""
+        await self._stop_renewing()
         revisions = dict(self._revision)
         await asyncio.gather(*(self._release(p, delete=False) for p in revisions))
         if self._kv is None:
@@ -123,11 +126,7 @@ class PartitionLeases:
 
     async def crash(self) -> None:
         """Stop renewing without releasing anything, as a killed process would (tests)."""
-        self._stopped = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await self._stop_renewing()
 
     # --- the loop --------------------------------------------------------------------------
 
