@@ -95,3 +95,46 @@ async def test_a_cancel_for_a_wildcard_id_publishes_nothing(nc: Any, services: A
     assert not bad_subjects, bad_subjects
     assert execution_id_for("x")  # ids the server derives are what the check accepts
     await _next_one_succeeds(nc)
+
+
+BIG_ARGS = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: big, path: tests/big}
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next: {arcs: [{step: next, args: {blob: "{{ 'x' * 200000 }}"}}]}
+  - step: next
+    tool: {kind: noop}
+"""
+
+
+async def test_a_decision_jetstream_can_never_store_ends_its_execution_not_the_partition(
+    tmp_path: Any,
+) -> None:
+    """A command over the NATS server's max_payload (128 KiB here): before, the server retried
+    publishing it forever and every later execution of the partition waited behind it."""
+    from noetl.events.bus import connect
+    from noetl.events.natsserver import NatsServer
+    from noetl.server.service import Server
+    from noetl.worker.service import Worker
+
+    conf = tmp_path / "small.conf"
+    conf.write_text("max_payload: 131072\n")
+    ns = NatsServer(extra_args=["-c", str(conf)]).start()
+    nc = await connect(ns.url)
+    server = Server(nc, partitions=1, leases=False)
+    worker = Worker(nc, concurrency=4)
+    try:
+        await server.start()
+        await worker.start()
+        out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": BIG_ARGS}, timeout=30)
+        assert out["status"] == "failed" and out["error"]["kind"] == "decision_unstorable", out
+        assert "max_payload" in out["error"]["message"]
+        await _next_one_succeeds(nc)  # the same (only) partition goes on
+    finally:
+        await worker.stop(drain=False)
+        await server.stop()
+        await nc.close()
+        ns.stop()

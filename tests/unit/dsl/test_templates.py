@@ -427,3 +427,17 @@ def test_filter_work_is_budgeted_per_render() -> None:
     data = {"rows": list(range(100_000))}
     for _ in range(3):
         assert engine.render("{{ rows | sort | list | length }}", data, "p") == 100_000
+
+
+def test_renders_inside_a_shared_budget_draw_on_it_together() -> None:
+    """One server decision renders many templates; together they get one budget."""
+    from noetl.dsl.errors import TemplateError
+    from noetl.dsl.templates import TemplateEngine
+
+    engine = TemplateEngine()
+    data = {"rows": list(range(300_000))}
+    with engine.shared_budget(1_000_000):
+        assert engine.render("{{ rows | list | length }}", data, "a") == 300_000  # ~600 000 units
+        with pytest.raises(TemplateError, match="too much work"):
+            engine.render("{{ rows | list | length }}", data, "b")  # what is left is not enough
+    assert engine.render("{{ rows | list | length }}", data, "c") == 300_000  # outside: its own limit

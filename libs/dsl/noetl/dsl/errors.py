@@ -163,6 +163,12 @@ class WorkerLostError(NoetlError):
     kind = "worker_lost"
 
 
+class DecisionUnstorableError(NoetlError):
+    """JetStream refused a server decision for good (a message over max_payload, a bad subject)."""
+
+    kind = "decision_unstorable"
+
+
 class DeploymentError(NoetlError):
     """A process cannot start against this NATS deployment as configured (a replica count JetStream
     refuses, a partition count other than the one the event log was set up with). Raised at start,

@@ -14,7 +14,8 @@ path of the failing value (``... in workflow[2].tool[0].params.page``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from jinja2 import nodes
@@ -83,11 +84,12 @@ class _Scope:
     """One render call's view of the caller's context; the Jinja context is built on first use
     and shared by every template of the call (a dict of ten fields costs one context)."""
 
-    __slots__ = ("data", "jctx")
+    __slots__ = ("data", "jctx", "work")
 
     def __init__(self, data: Mapping[str, Any]) -> None:
         self.data = data
         self.jctx: RenderContext | None = None
+        self.work = 0  # the work budget the context started with
 
 
 class TemplateEngine:
@@ -100,6 +102,22 @@ class TemplateEngine:
         self._cache_size = cache_size
         self._native: dict[str, Entry] = {}
         self._text: dict[str, Entry] = {}
+        self._shared: int | None = None  # work left to every render inside ``shared_budget``
+
+    @contextlib.contextmanager
+    def shared_budget(self, units: int) -> Iterator[None]:
+        """Renders inside share ``units`` of filter work on top of their own limit: the server
+        gives one decision (every admission, arc and argument it renders) this much, so one
+        input cannot hold the decision loop for the sum of many renders' budgets."""
+        self._shared = units
+        try:
+            yield
+        finally:
+            self._shared = None
+
+    def _spent(self, scope: _Scope) -> None:
+        if self._shared is not None and scope.jctx is not None:
+            self._shared -= scope.work - scope.jctx.noetl_work
 
     # -- public -------------------------------------------------------------------------------
 
@@ -107,18 +125,24 @@ class TemplateEngine:
         """Render ``value`` (see the module docstring); raises TemplateError naming ``path``."""
         if type(value) is str and "{" not in value:
             return value
+        scope = _Scope(context)
         try:
-            return self._walk(value, _Scope(context))
+            return self._walk(value, scope)
         except _Failure as failure:
             raise failure.to_error(path) from failure.__cause__
+        finally:
+            self._spent(scope)
 
     def render_str(self, source: str, context: Mapping[str, Any], path: str = "") -> str:
         """Render ``source`` to a string, even when it is a single ``{{ expr }}``."""
         entry = self._text.get(source) or self._compile(source, native=False)
+        scope = _Scope(context)
         try:
-            return self._run(entry, source, _Scope(context))  # type: ignore[no-any-return]
+            return self._run(entry, source, scope)  # type: ignore[no-any-return]
         except _Failure as failure:
             raise failure.to_error(path) from failure.__cause__
+        finally:
+            self._spent(scope)
 
     def check_syntax(self, source: str) -> str | None:
         """The syntax error of ``source`` as a message, or None when it compiles."""
@@ -172,6 +196,9 @@ class TemplateEngine:
         ctx = scope.jctx
         if ctx is None:
             ctx = scope.jctx = RenderContext.fresh(self.env, scope.data)
+            if self._shared is not None:
+                ctx.noetl_work = max(0, min(ctx.noetl_work, self._shared))
+            scope.work = ctx.noetl_work
         try:
             if kind == _NATIVE:
                 for _ in payload(ctx):

@@ -224,7 +224,17 @@ def is_input(event: dict[str, Any]) -> bool:
     )
 
 
+# filter work one decision's renders may do together (each render also has its own limit): the
+# server decides inputs one after another, so this bounds how long one input can hold the others
+DECISION_WORK = 2_000_000
+
+
 def decide(state: ExecutionState, event: dict[str, Any]) -> Decision:
+    with template_engine(state.playbook).shared_budget(DECISION_WORK):
+        return _decide(state, event)
+
+
+def _decide(state: ExecutionState, event: dict[str, Any]) -> Decision:
     em = _Emitter(state, event)
     if state.finished:
         return em.out

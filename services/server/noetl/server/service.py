@@ -23,15 +23,17 @@ from typing import Any
 import nats.errors
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 
-from noetl.dsl.errors import DeploymentError
+from noetl.dsl.errors import DecisionUnstorableError, DeploymentError
 from noetl.engine import ExecutionState, decide, is_input, new_state
 from noetl.engine.fold import replay
 from noetl.events import subjects as s
 from noetl.events.bus import read_messages
 from noetl.events.catalog import Catalog
-from noetl.events.envelope import dumps, loads
+from noetl.events.clock import utc_now
+from noetl.events.envelope import dumps, loads, make_event
+from noetl.events.ids import derive_id
 from noetl.events.outbox import Outbox
 from noetl.events.publisher import Publisher, ignore_result
 from noetl.events.puller import Puller, PullError, ack_stored, consumer_sequence, stream_sequence
@@ -343,6 +345,8 @@ class Server:
         commands: list[tuple[str, bytes, str]] = []
         objects: list[tuple[str, bytes]] = []
         ended_loops: list[tuple[str, str]] = []
+        # the same outputs by execution, for the rare batch JetStream can never store (below)
+        groups: dict[str, _Outputs] = {}
         last_seq = 0
         for msg in batch:
             last_seq = stream_sequence(msg)
@@ -366,16 +370,26 @@ class Server:
                 continue
             if self.observer is not None:
                 self._observe(event, decision.events)
+            group = groups.setdefault(event["execution_id"], _Outputs(event))
+            group.cause = event
             objects.extend(decision.objects)
+            group.objects.extend(decision.objects)
             ended_loops.extend((event["execution_id"], run_id) for run_id in decision.ended_loops)
             for ev in decision.events:
                 subject = s.event_subject(partition, ev["execution_id"], ev["name"])
-                out.append((subject, dumps(ev), ev["event_id"], ev["name"] in _WAITED_FOR))
+                item = (subject, dumps(ev), ev["event_id"], ev["name"] in _WAITED_FOR)
+                out.append(item)
+                group.events.append(item)
             for cmd in decision.commands:
-                commands.append((s.command_subject(cmd["pool"]), dumps(cmd), cmd["command_id"]))
+                item2 = (s.command_subject(cmd["pool"]), dumps(cmd), cmd["command_id"])
+                commands.append(item2)
+                group.commands.append(item2)
         # objects before the events that refer to them; events before commands, so a worker's
         # events always follow the step.scheduled they answer
-        await self._until_stored(self._store(objects, out, commands, partition, last_seq))
+        try:
+            await self._until_stored(self._store(objects, out, commands, partition, last_seq))
+        except _Unstorable:
+            await self._store_each(groups, partition, last_seq)
         if ended_loops:
             await self._purge_snapshots(ended_loops)
         self.decided += len(batch)
@@ -386,6 +400,47 @@ class Server:
                 "execution finished",
                 extra={"execution_id": eid, "status": st.status, "playbook": st.playbook.metadata.path},
             )
+
+    async def _store_each(self, groups: dict[str, _Outputs], partition: int, seq: int) -> None:
+        """JetStream refused something of the batch for good (a message over the server's
+        ``max_payload``, a subject it cannot take): store each execution's outputs alone, and end
+        the one whose outputs can never be stored with ``decision_unstorable`` instead of retrying
+        it forever and stalling every execution of the partition behind it."""
+        for eid, g in groups.items():
+            try:
+                await self._until_stored(self._store(g.objects, g.events, g.commands, partition, None))
+                continue
+            except _Unstorable as e:
+                cause = e.__cause__ or e
+            err = DecisionUnstorableError(
+                f"the server's decision on {g.cause.get('name')} could not be stored in JetStream "
+                f"({type(cause).__name__}: {str(cause)[:200]}); the execution ends here. A message over "
+                "the NATS server's max_payload? Keep large values in results (by reference)"
+            ).to_dict()
+            log.error("execution %s: %s", eid, err["message"])
+            refusal = []
+            for name, payload in (
+                ("workflow.finished", {"status": "failed", "result": None, "error": err, "ctx": {}}),
+                ("playbook.processed", {"status": "failed"}),
+            ):
+                ev = make_event(
+                    event_id=derive_id(g.cause["event_id"], "unstorable", name),
+                    execution_id=eid,
+                    timestamp=g.cause.get("timestamp") or utc_now(),
+                    source="server",
+                    name=name,
+                    entity_type="workflow" if name.startswith("workflow") else "playbook",
+                    entity_id=eid,
+                    status="error",
+                    payload=payload,  # type: ignore[arg-type]
+                    cause_id=g.cause["event_id"],
+                )
+                refusal.append((s.event_subject(partition, eid, name), dumps(ev), ev["event_id"], True))
+            await self._until_stored(self._store([], refusal, [], partition, None))
+            state = self.states.get(eid)
+            if state is not None:
+                state.finished, state.status, state.failed, state.error = True, "failed", True, err
+        await self._checkpoint_to(partition, seq)
 
     def _observe(self, event: dict[str, Any], outputs: list[dict[str, Any]]) -> None:
         """Metrics see the input and its outputs; a fault in them never stops the engine."""
@@ -403,7 +458,7 @@ class Server:
         events: list[tuple[str, bytes, str, bool]],
         commands: list[tuple[str, bytes, str]],
         partition: int,
-        seq: int,
+        seq: int | None,
     ) -> Any:
         """Events ride on the ack of the batch's last one (``Outbox``), except those clients wait
         for; every command is acknowledged on its own, as a lost one would stall its execution."""
@@ -421,7 +476,8 @@ class Server:
                 await outbox.send(subject, data, msg_id, ack=True)
             await outbox.confirm()
             # the checkpoint moves only after the decisions are stored
-            await self._checkpoint_to(partition, seq)
+            if seq is not None:
+                await self._checkpoint_to(partition, seq)
 
         return attempt
 
@@ -452,7 +508,8 @@ class Server:
                 fut.add_done_callback(ignore_result)
 
     async def _until_stored(self, attempt: Any) -> None:
-        """Decisions are made once and have fixed ids: on a NATS outage, publish them again."""
+        """Decisions are made once and have fixed ids: on a NATS outage, publish them again. A
+        refusal that no retry can change raises ``_Unstorable``."""
         delay = 0.1
         while True:
             try:
@@ -461,6 +518,8 @@ class Server:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
+                if _never_storable(e):
+                    raise _Unstorable(str(e)) from e
                 log.warning("storing decisions failed (%s); retrying in %.1f s", e, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
@@ -509,3 +568,28 @@ async def _hold(msg: Any, every: float = REQUEST_ACK_WAIT / 3) -> None:
         await asyncio.sleep(every)
         with contextlib.suppress(Exception):
             await msg.in_progress()
+
+
+class _Outputs:
+    """One execution's share of a batch's outputs, and the input that caused the last of them."""
+
+    __slots__ = ("cause", "commands", "events", "objects")
+
+    def __init__(self, cause: dict[str, Any]) -> None:
+        self.cause = cause
+        self.objects: list[tuple[str, bytes]] = []
+        self.events: list[tuple[str, bytes, str, bool]] = []
+        self.commands: list[tuple[str, bytes, str]] = []
+
+
+class _Unstorable(Exception):
+    """JetStream refused a batch for a reason no retry changes."""
+
+
+def _never_storable(e: BaseException) -> bool:
+    """Refusals of the message itself, never of the moment: a payload over ``max_payload``, a bad
+    subject, a stream answering 400 (e.g. message size exceeds the stream's maximum). Anything
+    else might pass with time and is retried."""
+    if isinstance(e, nats.errors.MaxPayloadError | nats.errors.BadSubjectError):
+        return True
+    return isinstance(e, APIError) and e.code == 400 and not is_transient(e)
