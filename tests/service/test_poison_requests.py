@@ -138,3 +138,40 @@ async def test_a_decision_jetstream_can_never_store_ends_its_execution_not_the_p
         await server.stop()
         await nc.close()
         ns.stop()
+
+
+BOMB = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: bomb, path: tests/bomb}
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next:
+      arcs:
+        - step: done
+          args: {n: "{% for i in range(20) %}{{ ('x'*1000000)|list|sort|length }}{% endfor %}"}
+  - step: done
+    tool: {kind: noop}
+"""
+
+CYCLE = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: cycle, path: tests/cycle}
+executor: {spec: {policy: {limits: {max_step_runs: 30}}}}
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next: {arcs: [{step: start}]}
+"""
+
+
+@pytest.mark.parametrize(("playbook", "kind"), [(BOMB, "template_error"), (CYCLE, "step_run_limit")])
+async def test_a_runaway_playbook_ends_with_its_kind_and_the_next_one_runs(
+    nc: Any, services: Any, playbook: str, kind: str
+) -> None:
+    """Before: the template held the server's decision loop for 19 s; the cycle never ended."""
+    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": playbook}, timeout=30)
+    assert out["status"] == "failed" and out["error"]["kind"] == kind, out["error"]
+    await _next_one_succeeds(nc)
