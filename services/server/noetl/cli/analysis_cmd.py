@@ -144,7 +144,9 @@ def add_parsers(sub: argparse._SubParsersAction, nats_url_default: str) -> None:
     p.add_argument("file")
     p.add_argument("--execution", help="colour arcs and annotate steps from this execution's events")
     p.add_argument("--events", help="read the execution from a `noetl run --json` output file instead")
-    p.add_argument("--nats-url", default=nats_url_default)
+    p.add_argument(
+        "--nats-url", default=nats_url_default, help="NATS URL, or a comma-separated list of a cluster's"
+    )
     p.add_argument("-o", "--out", help="write the Mermaid text here (default: stdout)")
     p.set_defaults(fn=cmd_graph)
 
@@ -161,6 +163,8 @@ def add_parsers(sub: argparse._SubParsersAction, nats_url_default: str) -> None:
     p = sub.add_parser("replay", help="fold a recorded execution through the engine and diff the decisions")
     p.add_argument("execution_id")
     p.add_argument("--playbook", help="replay against this new version of the playbook")
-    p.add_argument("--nats-url", default=nats_url_default)
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--nats-url", default=nats_url_default, help="NATS URL, or a comma-separated list of a cluster's"
+    )
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.set_defaults(fn=cmd_replay)

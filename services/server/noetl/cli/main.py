@@ -341,11 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="check playbooks; exit 2 with every problem")
     p.add_argument("files", nargs="+")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the problems as JSON")
     p.set_defaults(fn=cmd_validate)
 
     p = sub.add_parser("schema", help="print the playbook JSON Schema")
-    p.add_argument("-o", "--out")
+    p.add_argument("-o", "--out", help="write the schema here (default: stdout)")
     p.set_defaults(fn=cmd_schema)
 
     p = sub.add_parser("server", help="run the control plane")
@@ -365,7 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=int(os.environ.get("NOETL_HTTP_PORT", "8080")),
         help="HTTP API port; 0 picks a free one (logged), -1 turns the API off",
     )
-    p.add_argument("--http-host", default=os.environ.get("NOETL_HTTP_HOST", "127.0.0.1"))
+    p.add_argument(
+        "--http-host",
+        default=os.environ.get("NOETL_HTTP_HOST", "127.0.0.1"),
+        help="HTTP API address (NOETL_HTTP_HOST)",
+    )
     p.add_argument(
         "--insecure",
         action="store_true",
@@ -376,27 +380,31 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="run a worker for a pool")
     p.add_argument("--nats-url", default=nats_url, help="NATS URL, or a comma-separated list of a cluster's")
     _add_replicas(p)
-    p.add_argument("--pool", default="default")
-    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument(
+        "--pool", default="default", help="the pool whose commands it runs (noetl.commands.<pool>)"
+    )
+    p.add_argument("--concurrency", type=int, default=16, help="commands run at once")
     p.set_defaults(fn=cmd_worker)
 
     p = sub.add_parser("exec", help="publish an execution request")
     p.add_argument("file", nargs="?")
-    p.add_argument("--path")
-    p.add_argument("--version")
-    p.add_argument("--payload")
-    p.add_argument("--request-id")
-    p.add_argument("--nats-url", default=nats_url)
-    p.add_argument("--wait", action="store_true")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--timeout", type=float)
+    p.add_argument("--path", help="a catalog playbook's path (instead of FILE)")
+    p.add_argument("--version", help="the catalog version (default: latest)")
+    p.add_argument("--payload", help="request payload (JSON object), merged over workload")
+    p.add_argument("--request-id", help="idempotency key: the same id starts one execution (default: random)")
+    p.add_argument("--nats-url", default=nats_url, help="NATS URL, or a comma-separated list of a cluster's")
+    p.add_argument(
+        "--wait", action="store_true", help="wait for the execution to finish and print its outcome"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--timeout", type=float, help="give up after this many seconds (--wait: default none)")
     p.set_defaults(fn=cmd_exec)
 
     p = sub.add_parser("catalog", help="register, list or show playbooks in the catalog")
     p.add_argument("action", choices=["register", "list", "show"])
     p.add_argument("files", nargs="*")
-    p.add_argument("--version")
-    p.add_argument("--nats-url", default=nats_url)
+    p.add_argument("--version", help="the version to show (default: latest)")
+    p.add_argument("--nats-url", default=nats_url, help="NATS URL, or a comma-separated list of a cluster's")
     p.set_defaults(fn=cmd_catalog)
 
     from noetl.cli import ops_cmd
@@ -405,7 +413,25 @@ def build_parser() -> argparse.ArgumentParser:
     from noetl.cli.analysis_cmd import add_parsers
 
     add_parsers(sub, nats_url)
+    _verbose_anywhere(ap)
     return ap
+
+
+def _verbose_anywhere(parser: argparse.ArgumentParser) -> None:
+    """``-v`` before or after the subcommand (``noetl run FILE -v``, as the quickstart shows): each
+    subcommand accepts it too; SUPPRESS keeps the top-level value when it is not given there."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                if not any("-v" in a.option_strings for a in sub._actions):
+                    sub.add_argument(
+                        "-v",
+                        "--verbose",
+                        action="store_true",
+                        default=argparse.SUPPRESS,
+                        help="log to stderr",
+                    )
+                _verbose_anywhere(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -202,26 +202,32 @@ def add_parsers(sub: Any, nats_url_default: str) -> None:
 
     p = parser("status", "status, ctx, step runs and result of an execution", _status)
     p.add_argument("execution_id")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
     p = parser("events", "print an execution's events (--follow: until it is processed)", _events)
     p.add_argument("execution_id")
-    p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing until the execution is processed"
+    )
     p.add_argument("--json", action="store_true", help="one JSON event per line")
 
     p = parser("executions", "list executions, newest first", _executions)
-    p.add_argument("--status", choices=["running", "success", "failed", "cancelled"])
-    p.add_argument("--path")
-    p.add_argument("--limit", type=int, default=50)
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--status",
+        choices=["running", "success", "failed", "cancelled"],
+        help="only executions with this status",
+    )
+    p.add_argument("--path", help="only executions of this playbook path")
+    p.add_argument("--limit", type=int, default=50, help="at most this many, newest first")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
     p = parser("cancel", "ask for an execution to be cancelled", _cancel)
     p.add_argument("execution_id")
-    p.add_argument("--reason")
+    p.add_argument("--reason", help="why, recorded in the cancel event")
 
     p = parser("workers", "live workers (--all: servers too) from noetl_runtime", _workers)
-    p.add_argument("--all", action="store_true")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--all", action="store_true", help="servers too, not only workers")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
     p = parser("credentials", "set, list or delete keychain entries (NOETL_CREDENTIALS_KEY)", _credentials)
     actions = p.add_subparsers(dest="action", required=True)
@@ -229,13 +235,19 @@ def add_parsers(sub: Any, nats_url_default: str) -> None:
     def action(name: str, help_text: str) -> argparse.ArgumentParser:
         a = actions.add_parser(name, help=help_text)
         # also after the action (`credentials list --nats-url X`); SUPPRESS keeps the parent's value
-        a.add_argument("--nats-url", default=argparse.SUPPRESS)
-        a.add_argument("--timeout", type=float, default=argparse.SUPPRESS)
+        a.add_argument(
+            "--nats-url", default=argparse.SUPPRESS, help="NATS URL, or a comma-separated list of a cluster's"
+        )
+        a.add_argument(
+            "--timeout", type=float, default=argparse.SUPPRESS, help="give up after this many seconds"
+        )
         return a
 
     a = action("set", "store a credential, encrypted")
     a.add_argument("name")
-    a.add_argument("--kind", default="secret")
+    a.add_argument(
+        "--kind", default="secret", help="the credential kind (postgres_credential, http, secret, ...)"
+    )
     a.add_argument("--data", help="the fields as JSON")
     a.add_argument("--data-file", help="a JSON or YAML file with the fields")
     a.add_argument(
