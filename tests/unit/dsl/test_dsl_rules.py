@@ -312,3 +312,18 @@ def test_lines_point_at_the_offending_key() -> None:
 )
 def test_valid_variants_have_no_problems(text: str) -> None:
     assert problems(text) == []
+
+
+def test_loop_knobs_on_a_step_name_the_right_place() -> None:
+    """Before: `spec: {mode: parallel, max_in_flight: 4}` on the step validated and the loop ran
+    one iteration at a time."""
+    from noetl.dsl import validate_text
+
+    text = (
+        "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: k, path: t/k}\nworkflow:\n"
+        "  - step: start\n    spec: {mode: parallel, max_in_flight: 4}\n"
+        '    loop: {in: "{{ [1, 2] }}", iterator: i}\n    tool: {kind: noop}\n'
+    )
+    problems = [str(p) for p in validate_text(text, "k.yaml")]
+    assert any("k.yaml:6: workflow[0].spec.mode" in p and "loop.spec.mode" in p for p in problems), problems
+    assert any("workflow[0].spec.max_in_flight" in p and "loop.spec.max_in_flight" in p for p in problems)

@@ -15,6 +15,7 @@ from noetl.dsl.yamlload import Path
 
 STEP_KEYS = ("step", "desc", "spec", "loop", "tool", "next")
 LOOP_KEYS = ("in", "iterator", "spec")
+LOOP_ONLY_KNOBS = ("mode", "max_in_flight")
 NEXT_KEYS = ("spec", "arcs")
 ARC_KEYS = ("step", "when", "args", "spec")
 ADMIT_KEYS = ("mode", "rules")
@@ -73,6 +74,13 @@ def _check_step_spec(spec: Any, path: Path, r: Report) -> None:
         r.add(path, f"a step `spec` is a mapping of knobs and `policy`, found {type_name(spec)}")
         return
     check_pool(spec, path, r)
+    for knob in LOOP_ONLY_KNOBS:
+        if knob in spec:  # accepted and ignored before: the loop silently ran one at a time
+            r.add(
+                (*path, knob),
+                f"`{knob}` is a loop knob: it goes in `loop.spec.{knob}` (a step's `spec` holds pool, "
+                "timeout, max_task_runs, policy, ...; a step without `loop` runs once)",
+            )
     if "next_mode" in spec:
         r.add((*path, "next_mode"), legacy.NEXT_MODE)
     check_no_control(spec, path, "step policy", r)
