@@ -21,18 +21,21 @@ import structlog
 from noetl.events.masking import Masker
 
 _keychain: dict[str, Any] = {}
+_kinds: dict[str, str | None] = {}
 _extra: set[str] = set()
 _masker = Masker()
 
 
-def register_keychain(keychain: Mapping[str, Any]) -> None:
-    """Resolved keychain entries whose values (and their encoded forms) never appear in a log line.
+def register_keychain(keychain: Mapping[str, Any], kinds: Mapping[str, str | None] | None = None) -> None:
+    """Resolved keychain entries whose secrets (and their encoded forms) never appear in a log line.
 
     The same :class:`Masker` masks events, so logs and events hide exactly the same strings."""
     global _masker
-    if any(_keychain.get(k) != v for k, v in keychain.items()):
+    kinds = kinds or {}
+    if any(_keychain.get(k) != v or _kinds.get(k) != kinds.get(k) for k, v in keychain.items()):
         _keychain.update(keychain)
-        _masker = Masker(_keychain, _extra)
+        _kinds.update({k: kinds.get(k) for k in keychain})
+        _masker = Masker(_keychain, _extra, _kinds)
 
 
 def register_secrets(values: Iterable[str]) -> None:
@@ -41,7 +44,7 @@ def register_secrets(values: Iterable[str]) -> None:
     new = {v for v in values if isinstance(v, str)} - _extra
     if new:
         _extra.update(new)
-        _masker = Masker(_keychain, _extra)
+        _masker = Masker(_keychain, _extra, _kinds)
 
 
 def mask(text: str) -> str:

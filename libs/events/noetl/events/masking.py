@@ -1,11 +1,22 @@
-"""Masking keychain values in whatever the worker persists or prints (SEMANTICS §12).
+"""Masking keychain secrets in whatever the worker persists or prints (SEMANTICS §12).
 
-Like CI systems do with secrets in logs: every string found in a resolved keychain entry is
-replaced by ``***`` wherever it appears — in values, in mapping keys, inside longer strings
-(an API that echoes ``Bearer <token>`` back). Besides the raw strings the masker also hides the
-forms a secret commonly takes on the way out: URL-encoded (a token in a query string), JSON-
-escaped (a secret with quotes, inside serialized text) and the base64 ``user:password`` of an
-HTTP basic ``Authorization`` header.
+Like CI systems do with secrets in logs, the secret material of every resolved keychain entry is
+replaced by ``***`` wherever it appears: in values, in mapping keys, inside longer strings (an API
+that echoes ``Bearer <token>`` back). Only the secret material, never the rest of the entry: a
+user name, a host, a port or a database name is data the playbook routes and computes on
+(``postgres_error`` must stay ``postgres_error`` when the database is called ``postgres``).
+What is secret (docs/dsl.md#keychain):
+
+- an entry of kind ``secret``: every string in it;
+- any other kind: the fields whose name says so (password, passwd, pwd, secret, token, api key,
+  private/access/secret key, client secret, credential(s), auth, authorization, bearer, cookie,
+  session, signature, key, value), everything below such a field, the password inside a URL or
+  DSN (``scheme://user:PASSWORD@host``, ``password=...``), and the fields an entry names itself
+  in ``secret_fields: [name, ...]``.
+
+Besides the raw strings the masker also hides the forms a secret commonly takes on the way out:
+URL-encoded (a token in a query string), JSON-escaped (inside serialized text), base64 and hex,
+and the base64 ``user:password`` of an HTTP basic ``Authorization`` header.
 
 Strings shorter than 4 characters are not masked: they would turn every ``5432`` or ``true``
 into ``***`` and make output unreadable without protecting anything.
@@ -14,11 +25,12 @@ into ``***`` and make output unreadable without protecting anything.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 MASK = "***"
 MIN_LENGTH = 4
@@ -35,10 +47,62 @@ def _strings(value: Any) -> Iterable[str]:
             yield from _strings(v)
 
 
+_SECRET_NAME = re.compile(
+    r"pass(word|wd|phrase)?|pwd|secret|token|api[_-]?key|apikey|private[_-]?key|access[_-]?key"
+    r"|client[_-]?secret|credentials?|auth|bearer|cookie|session|signature|^key$|^value$",
+    re.IGNORECASE,
+)
+_URL_PASSWORD = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://[^/:@\s]*:([^@\s]+)@")
+_KV_PASSWORD = re.compile(r"(?:^|[\s;])(?:password|pwd)\s*=\s*'?([^'\s;]+)", re.IGNORECASE)
+
+
+def secret_strings(data: Any, kind: str | None = None) -> Iterable[str]:
+    """The secret material of one keychain entry (see the module doc), raw."""
+    if kind == "secret" or not isinstance(data, Mapping):
+        yield from _strings(data)
+        return
+    named = data.get("secret_fields")
+    marked = {n for n in named if isinstance(n, str)} if isinstance(named, list) else set()
+    yield from _secret_fields(data, marked)
+
+
+def _secret_fields(data: Mapping[str, Any], marked: set[str]) -> Iterable[str]:
+    for name, value in data.items():
+        if name == "secret_fields":
+            continue
+        if (isinstance(name, str) and _SECRET_NAME.search(name)) or name in marked:
+            yield from _strings(value)
+        elif isinstance(value, Mapping):
+            yield from _secret_fields(value, marked)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                if isinstance(item, Mapping):
+                    yield from _secret_fields(item, marked)
+                elif isinstance(item, str):
+                    yield from _embedded(item)
+        elif isinstance(value, str):
+            yield from _embedded(value)
+
+
+def _embedded(text: str) -> Iterable[str]:
+    """The password inside a URL or a key=value DSN."""
+    m = _URL_PASSWORD.match(text)
+    if m:
+        yield m.group(1)
+        with contextlib.suppress(ValueError):
+            yield unquote(m.group(1))
+    for m in _KV_PASSWORD.finditer(text):
+        yield m.group(1)
+
+
 def _variants(secret: str) -> Iterable[str]:
     yield secret
     yield quote(secret, safe="")
     yield json.dumps(secret)[1:-1]
+    raw = secret.encode()
+    yield base64.b64encode(raw).decode("ascii").rstrip("=")
+    yield base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+    yield raw.hex()
 
 
 def _basic_auth(data: Any) -> Iterable[str]:
@@ -50,13 +114,20 @@ def _basic_auth(data: Any) -> Iterable[str]:
 
 
 class Masker:
-    """Built once per command from its resolved keychain ``{name: data}``."""
+    """Built once per command from its resolved keychain ``{name: data}`` and their ``kinds``
+    (``{name: kind}``; an entry without a kind is judged by its field names)."""
 
-    def __init__(self, keychain: Mapping[str, Any] | None = None, extra: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        keychain: Mapping[str, Any] | None = None,
+        extra: Iterable[str] = (),
+        kinds: Mapping[str, str | None] | None = None,
+    ) -> None:
         found: set[str] = set()
-        for data in (keychain or {}).values():
-            for s in _strings(data):
-                found.update(_variants(s))
+        for name, data in (keychain or {}).items():
+            for s in secret_strings(data, (kinds or {}).get(name)):
+                if len(s) >= MIN_LENGTH:
+                    found.update(_variants(s))
             found.update(_basic_auth(data))
         for s in extra:
             found.update(_variants(s))

@@ -292,10 +292,14 @@ class Worker:
             pb = self._playbooks[digest] = parse_playbook(text, "catalog")
         return pb
 
-    async def _keychain(self, playbook: Playbook, cmd: dict[str, Any]) -> dict[str, Any]:
+    async def _keychain(
+        self, playbook: Playbook, cmd: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, str | None]]:
         """Every credential a command reads is recorded in ``NOETL_AUDIT`` first (the record's id
-        derives from the command's, so a redelivered command records its use once)."""
+        derives from the command's, so a redelivered command records its use once). Returns the
+        values and their kinds (the kind says what of an entry is secret: noetl.events.masking)."""
         out: dict[str, Any] = {}
+        kinds: dict[str, str | None] = {}
         for entry in playbook.keychain:
             got = (
                 await retrying(lambda e=entry: self.credentials.get(e.name), "reading a credential")
@@ -318,8 +322,9 @@ class Worker:
                     "recording a credential use",
                 )
                 out[entry.name] = got.get("data", got)
-        logs.register_keychain(out)
-        return out
+                kinds[entry.name] = got.get("kind")
+        logs.register_keychain(out, kinds)
+        return out, kinds
 
     async def _run_pipeline(
         self, execution_id: str, pipe: Pipeline, snapshot: Snapshot | None, iter_: dict[str, Any] | None
@@ -355,13 +360,13 @@ class Worker:
         playbook = await self._playbook(cmd["playbook_digest"])
         step = playbook.step(cmd["step"])
         try:
-            keychain = await self._keychain(playbook, cmd)
+            keychain, kinds = await self._keychain(playbook, cmd)
         except NoetlError as e:  # e.g. no key to decrypt the store: say so, do not retry forever
             await self._publish_terminal(
                 cmd, False, {"result": None, "ctx_patches": [], "error": e.to_dict()}
             )
             return
-        masker = Masker(keychain) if keychain else _NO_SECRETS
+        masker = Masker(keychain, kinds=kinds) if keychain else _NO_SECRETS
         exec_id, run_id, index = cmd["execution_id"], cmd["step_run_id"], cmd.get("index")
         cid = cmd["command_id"]
         base = {
