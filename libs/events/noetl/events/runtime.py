@@ -33,6 +33,14 @@ DEFAULT_INTERVAL = 5.0
 _UNSAFE = re.compile(r"[^-_=a-zA-Z0-9]")
 
 
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a background loop and wait until it is gone; its own failure does not matter then."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
 def package_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -118,11 +126,8 @@ class RuntimeRegistrar:
     async def stop(self, *, deregister: bool = True) -> None:
         """Stop beating; ``deregister=False`` leaves the entry to expire, as a killed process would."""
         self._stopped = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if deregister and self._kv is not None:
             with contextlib.suppress(Exception):
                 await self._kv.delete(self.key)

@@ -35,6 +35,7 @@ from nats.js.kv import KeyValue
 
 from noetl.events import subjects as s
 from noetl.events.retry import describe, is_transient, retrying
+from noetl.events.runtime import cancel_and_wait
 from noetl.events.streams import ensure_kv
 
 log = logging.getLogger("noetl.server.leases")
@@ -106,11 +107,8 @@ class PartitionLeases:
 
     async def _stop_renewing(self) -> None:
         self._stopped = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def stop(self) -> None:
         """Hand every partition over at once: stop deciding, then delete the keys."""

@@ -38,7 +38,7 @@ from noetl.events.outbox import Outbox
 from noetl.events.publisher import Publisher, ignore_result
 from noetl.events.puller import Puller, PullError, ack_stored, consumer_sequence, stream_sequence
 from noetl.events.retry import describe, is_transient, retrying
-from noetl.events.runtime import process_id
+from noetl.events.runtime import cancel_and_wait, process_id
 from noetl.events.streams import ensure_all, ensure_consumer, replicas_wanted
 from noetl.server.leases import PartitionLeases
 from noetl.server.requests import RequestHandler
@@ -175,11 +175,7 @@ class Server:
     async def _stop_partition(self, partition: int) -> None:
         """Stop deciding for ``partition`` and forget its executions: while another replica owns it
         they advance, so what this one holds in memory is stale by the time it owns it again."""
-        task = self._loops.pop(partition, None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(self._loops.pop(partition, None))
         for eid in [e for e, p in self._state_partition.items() if p == partition]:
             self.states.pop(eid, None)
             self._state_partition.pop(eid, None)
