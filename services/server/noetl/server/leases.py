@@ -177,8 +177,10 @@ class PartitionLeases:
             sent = loop.time()
             try:
                 rev = await kv.create(f"p{p}", self._value())
-            except KeyWrongLastSequenceError:
-                continue  # its owner has not let go yet: next round
+            except (KeyWrongLastSequenceError, KeyNotFoundError):
+                # its owner has not let go yet, or has just taken it and our node does not show
+                # the key yet (nats-py's create reads it back after a refusal): next round
+                continue
             self._revision[p] = rev
             self._valid_until[p] = sent + self.ttl - self.margin
             if not first:
