@@ -156,8 +156,16 @@ class Server:
             try:
                 await self.kv.create(s.PARTITIONS_KEY, str(want).encode())
                 return want
-            except KeyWrongLastSequenceError:  # another replica recorded it first
-                recorded = int((await self.kv.get(s.PARTITIONS_KEY)).value or b"0")
+            except (KeyWrongLastSequenceError, KeyNotFoundError):
+                # another replica recorded it first; our node may not show it for a moment
+                loop = asyncio.get_running_loop()
+                entry = await retrying(
+                    lambda: self.kv.get(s.PARTITIONS_KEY),
+                    "reading the partition count",
+                    also=(KeyNotFoundError,),
+                    deadline=loop.time() + 10,
+                )
+                recorded = int(entry.value or b"0")
         if self._partitions_arg is not None and self._partitions_arg != recorded:
             raise DeploymentError(
                 f"--partitions {self._partitions_arg}: this event log was set up with {recorded} partitions "
