@@ -8,6 +8,7 @@ still be remembered then.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -164,8 +165,8 @@ async def ensure_stream(js: JetStreamContext, cfg: StreamConfig, want: int | Non
         try:
             await js.add_stream(cfg)
             return
-        except BadRequestError:
-            await js.stream_info(cfg.name)  # another service created it between our look and create
+        except BadRequestError:  # another service created it between our look and our create
+            await _shown(lambda: js.stream_info(cfg.name), cfg.name)
         except APIError as e:
             if e.err_code in _PLACEMENT_ERR_CODES:
                 raise _placement_error(cfg.name, cfg.num_replicas or 1, e) from e
@@ -238,6 +239,13 @@ async def ensure_kv(
     )
 
 
+async def _shown(read: Callable[[], Awaitable[T]], name: str) -> T:
+    """What another service has just created: a node that has not applied the creation yet
+    answers 404 for a moment."""
+    deadline = asyncio.get_running_loop().time() + 10
+    return await retrying(read, f"opening {name}", also=(NotFoundError,), deadline=deadline)
+
+
 async def _open_or_create(
     js: JetStreamContext,
     stream: str,
@@ -252,8 +260,8 @@ async def _open_or_create(
     except NotFoundError:
         try:
             return await create()
-        except BadRequestError:
-            got = await open_()  # another service created it first
+        except BadRequestError:  # another service created it first
+            got = await _shown(open_, stream)
         except APIError as e:
             if e.err_code in _PLACEMENT_ERR_CODES:
                 raise _placement_error(stream, want or 1, e) from e
