@@ -34,16 +34,17 @@ def token_id(token: str | None) -> str:
 
 
 async def ensure_audit_stream(js: JetStreamContext, replicas: int | None = None) -> None:
+    want = replicas_wanted(replicas)
     cfg = StreamConfig(
         name=AUDIT_STREAM,
         subjects=[AUDIT_FILTER],
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         max_age=AUDIT_MAX_AGE,
-        num_replicas=replicas_wanted(replicas) or 1,
+        num_replicas=want or 1,
         description="NoETL audit trail: who read which credential, when, for which execution",
     )
-    await ensure_stream(js, cfg, replicas_wanted(replicas))
+    await ensure_stream(js, cfg, want)
 
 
 async def record_credential_access(

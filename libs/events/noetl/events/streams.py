@@ -120,6 +120,11 @@ def replicas_wanted(replicas: int | None = None) -> int | None:
     return replicas
 
 
+def replicated(replicas: int | None = None) -> bool:
+    """Whether this deployment keeps more than one copy of its streams (``replicas_wanted``)."""
+    return (replicas_wanted(replicas) or 1) > 1
+
+
 # JetStream's answers to a replica count it can never place: insufficient resources (10023), more
 # than one replica on a server that is not clustered (10074). "No suitable peers" (10005) is waited
 # out instead: a cluster that is still starting its nodes answers that too

@@ -65,7 +65,6 @@ class PartitionLeases:
         if self.ttl < 1.0:
             raise ValueError(f"lease TTL {self.ttl} s is too short: use at least 1 s (NOETL_LEASE_TTL)")
         self.tick = min(1.0, self.ttl / 4)
-        self.margin = max(0.25, self.ttl * 0.15)
         self.replicas = replicas
         self._kv: KeyValue | None = None
         self._revision: dict[int, int] = {}
@@ -76,6 +75,11 @@ class PartitionLeases:
         self.takeovers = 0  # partitions acquired after the start (metrics, tests)
 
     # --- queries ---------------------------------------------------------------------------
+
+    @property
+    def margin(self) -> float:
+        """How long before the bucket could expire a lease this replica stops counting on it."""
+        return max(0.25, self.ttl * 0.15)
 
     @property
     def owned(self) -> list[int]:
@@ -159,8 +163,7 @@ class PartitionLeases:
         for p in self.owned:
             sent = loop.time()
             try:
-                self._revision[p] = await kv.update(f"p{p}", self._value(), last=self._revision[p])
-                self._valid_until[p] = sent + self.ttl - self.margin
+                self._granted(p, await kv.update(f"p{p}", self._value(), last=self._revision[p]), sent)
             except KeyWrongLastSequenceError:
                 log.warning("partition %d: lease lost to another replica", p)
                 await self._release(p, delete=False)
@@ -181,12 +184,16 @@ class PartitionLeases:
                 # its owner has not let go yet, or has just taken it and our node does not show
                 # the key yet (nats-py's create reads it back after a refusal): next round
                 continue
-            self._revision[p] = rev
-            self._valid_until[p] = sent + self.ttl - self.margin
+            self._granted(p, rev, sent)
             if not first:
                 self.takeovers += 1
             log.info("partition %d: acquired", p)
             await self.on_acquire(p)
+
+    def _granted(self, partition: int, revision: int, sent: float) -> None:
+        """A write of the lease key succeeded: JetStream stamped it no earlier than ``sent``."""
+        self._revision[partition] = revision
+        self._valid_until[partition] = sent + self.ttl - self.margin
 
     async def _settle_ttl(self) -> None:
         """The bucket's TTL is what expires a lease, so it is the one that counts: an existing
@@ -212,7 +219,6 @@ class PartitionLeases:
         )
         if info.config.max_age:  # another replica may have changed it: never trust more than it keeps
             self.ttl = min(self.configured_ttl, info.config.max_age)
-            self.margin = max(0.25, self.ttl * 0.15)
         prefix = f"$KV.{s.LEASES_BUCKET}.member."
         out = []
         for subject in sorted((info.state.subjects or {}) if info.state else {}):

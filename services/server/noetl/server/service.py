@@ -39,7 +39,7 @@ from noetl.events.publisher import Publisher, ignore_result
 from noetl.events.puller import Puller, PullError, ack_stored, consumer_sequence, stream_sequence
 from noetl.events.retry import describe, is_transient, retrying
 from noetl.events.runtime import cancel_and_wait, process_id
-from noetl.events.streams import ensure_all, ensure_consumer, replicas_wanted
+from noetl.events.streams import ensure_all, ensure_consumer, replicated
 from noetl.server.leases import PartitionLeases
 from noetl.server.requests import RequestHandler
 
@@ -78,7 +78,7 @@ class Server:
         self._static = owned
         self._all = not leases
         self.replicas = replicas
-        self._ack_all = (replicas_wanted(replicas) or 1) > 1  # see Outbox: replicated streams
+        self._ack_all = replicated(replicas)  # see Outbox: every event acked on replicated streams
         self.lease_ttl = lease_ttl
         self.member = process_id()
         self.credentials = credentials
@@ -345,12 +345,10 @@ class Server:
                 await self.nc.publish(f"$JS.API.CONSUMER.DELETE.{s.EVENTS_STREAM}.{name}", b"")
 
     async def _process_batch(self, partition: int, batch: list[Any]) -> None:
-        out: list[tuple[str, bytes, str, bool]] = []
-        commands: list[tuple[str, bytes, str]] = []
-        objects: list[tuple[str, bytes]] = []
-        ended_loops: list[tuple[str, str]] = []
-        # the same outputs by execution, for the rare batch JetStream can never store (below)
+        # outputs by execution: stored together, or one execution at a time for the rare batch
+        # JetStream can never store (``_store_each``)
         groups: dict[str, _Outputs] = {}
+        ended_loops: list[tuple[str, str]] = []
         last_seq = 0
         for msg in batch:
             last_seq = stream_sequence(msg)
@@ -362,9 +360,8 @@ class Server:
             if not isinstance(event, dict) or not is_input(event):
                 continue
             try:
+                # NATS failures are waited out inside, so an input is never skipped for want of I/O
                 decision = await self._decide(event, last_seq, partition)
-            except nats.errors.Error:
-                raise  # unreachable with retrying's `also`, kept so an I/O failure never skips an input
             except Exception:
                 log.exception(
                     "engine failed on event %s (%s); ignored", event.get("event_id"), event.get("name")
@@ -376,22 +373,20 @@ class Server:
                 self._observe(event, decision.events)
             group = groups.setdefault(event["execution_id"], _Outputs(event))
             group.cause = event
-            objects.extend(decision.objects)
             group.objects.extend(decision.objects)
             ended_loops.extend((event["execution_id"], run_id) for run_id in decision.ended_loops)
             for ev in decision.events:
                 subject = s.event_subject(partition, ev["execution_id"], ev["name"])
-                item = (subject, dumps(ev), ev["event_id"], ev["name"] in _WAITED_FOR)
-                out.append(item)
-                group.events.append(item)
+                group.events.append((subject, dumps(ev), ev["event_id"], ev["name"] in _WAITED_FOR))
             for cmd in decision.commands:
-                item2 = (s.command_subject(cmd["pool"]), dumps(cmd), cmd["command_id"])
-                commands.append(item2)
-                group.commands.append(item2)
+                group.commands.append((s.command_subject(cmd["pool"]), dumps(cmd), cmd["command_id"]))
         # objects before the events that refer to them; events before commands, so a worker's
-        # events always follow the step.scheduled they answer
+        # events always follow the step.scheduled they answer (an execution's own order is kept)
+        objects = [o for g in groups.values() for o in g.objects]
+        events = [e for g in groups.values() for e in g.events]
+        commands = [c for g in groups.values() for c in g.commands]
         try:
-            await self._until_stored(self._store(objects, out, commands, partition, last_seq))
+            await self._until_stored(self._store(objects, events, commands, partition, last_seq))
         except _Unstorable:
             await self._store_each(groups, partition, last_seq)
         if ended_loops:

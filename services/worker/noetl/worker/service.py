@@ -43,7 +43,7 @@ from noetl.events.masking import Masker
 from noetl.events.outbox import Outbox
 from noetl.events.puller import Puller, ack_stored, delivered
 from noetl.events.retry import is_transient, retrying
-from noetl.events.streams import ensure_all, ensure_consumer, replicas_wanted
+from noetl.events.streams import ensure_all, ensure_consumer, replicated
 from noetl.worker.pipeline import Pipeline, RunResult, Snapshot
 from noetl.worker.results import externalize
 
@@ -75,7 +75,7 @@ class Worker:
             raise DeploymentError(f"--pool: {problem}")
         self.nc, self.js = nc, nc.jetstream()
         self.replicas = replicas
-        self._ack_all = (replicas_wanted(replicas) or 1) > 1  # see Outbox: replicated streams
+        self._ack_all = replicated(replicas)  # see Outbox: every event acked on replicated streams
         self.pool, self.concurrency = pool, concurrency
         self.credentials = credentials
         self._running: set[asyncio.Task[None]] = set()
