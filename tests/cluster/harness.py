@@ -430,6 +430,10 @@ class _RecordingHandler(BaseHTTPRequestHandler):
 
 class _RecordingServer(ThreadingHTTPServer):
     daemon_threads = True
+    # the socketserver default backlog of 5 is below the POSTs in flight (2 workers x 8): on a busy
+    # machine the accept thread falls behind, SYNs are dropped, and a POST can miss its connect
+    # time-out, failing an iteration for a reason that is the recorder's, not the system's
+    request_queue_size = 128
 
     def __init__(self, delay: float) -> None:
         self.records: list[Any] = []

@@ -148,7 +148,11 @@ async def _reach(run: Run, trigger: int) -> bool:
 async def report(
     run: Run, eids: list[str], outputs: dict[str, dict[str, Any]], stuck: list[str], left: int | None
 ) -> tuple[str, bool]:
-    failed = {e[:8]: o["status"] for e, o in outputs.items() if o["status"] != "success"}
+    failed = {  # with the error, so a failure says what failed
+        e[:8]: (o["status"], str(o.get("error"))[:300])
+        for e, o in outputs.items()
+        if o["status"] != "success"
+    }
     wrong = {
         e[:8]: o["result"] for e, o in outputs.items() if o["status"] == "success" and o["result"] != EXPECTED
     }
