@@ -362,3 +362,40 @@ async def test_a_failing_metrics_observer_does_not_stop_decisions(nc, services) 
     request = {"request_id": uuid.uuid4().hex, "playbook": CHAIN, "payload": {"n": 2}}
     out = await run_and_wait(nc, request, timeout=30)
     assert out["status"] == "success" and out["result"] == 4
+
+
+NOOP_LOOP = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: noop_loop, path: tests/noop_loop}
+workflow:
+  - step: start
+    loop: {in: "{{ range(200) | list }}", iterator: x}
+    tool: [{name: t, kind: noop}]
+"""
+
+
+async def test_a_noop_iteration_writes_few_event_bytes(nc, services) -> None:  # type: ignore[no-untyped-def]
+    """Issue 20: a 1 000 000-item loop wrote ~2 KB of events per iteration. Counted here on the
+    stream itself: the JetStream bytes of one execution's events per iteration, all included
+    (envelope, subject, headers), and the JSON bytes of each per-iteration event."""
+    js = nc.jetstream()
+    before = (await js.stream_info(s.EVENTS_STREAM)).state.bytes
+    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": NOOP_LOOP}, timeout=60)
+    assert out["status"] == "success" and len(out["result"]) == 200
+    stored = (await js.stream_info(s.EVENTS_STREAM)).state.bytes - before
+    per_iteration = stored / 200
+    sizes: dict[str, list[int]] = {}
+    for e in out["events"]:
+        sizes.setdefault(e["name"], []).append(len(json.dumps(e, separators=(",", ":"))))
+    mean = {k: sum(v) // len(v) for k, v in sizes.items()}
+    json_per_iteration = sum(mean[n] for n in ("task.started", "task.done", "loop.iteration.done"))
+    # before: 1574 JSON bytes and ~2070 stored bytes per iteration (nulls and a repeated trace id)
+    assert json_per_iteration < 1300 and per_iteration < 1850, (
+        f"{json_per_iteration} JSON bytes and {per_iteration:.0f} stored bytes per iteration; "
+        f"event JSON sizes {mean}"
+    )
+    for name in ("task.started", "task.done", "loop.iteration.done"):
+        ev = next(e for e in out["events"] if e["name"] == name)
+        assert not [k for k, v in ev.items() if v is None], f"{name} carries nulls: {ev}"
+        assert "trace_id" not in ev and "ctx_patches" not in ev["payload"], ev

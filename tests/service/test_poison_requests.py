@@ -175,3 +175,59 @@ async def test_a_runaway_playbook_ends_with_its_kind_and_the_next_one_runs(
     out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": playbook}, timeout=30)
     assert out["status"] == "failed" and out["error"]["kind"] == kind, out["error"]
     await _next_one_succeeds(nc)
+
+
+# ~0.1 s of template work, within every budget (900 000 loop iterations of the 1 000 000 allowed)
+_HEAVY = "{% for i in range(900) %}{% for j in range(1000) %}{% endfor %}{% endfor %}x"
+HEAVY_CHAIN = "\n".join(
+    [
+        "apiVersion: noetl.io/v2",
+        "kind: Playbook",
+        "metadata: {name: heavy, path: tests/heavy}",
+        "workflow:",
+    ]
+    + [
+        f"  - step: {'start' if i == 0 else f's{i}'}\n    tool: [{{name: t, kind: noop, result: \"{_HEAVY}\"}}]"
+        + (f"\n    next: {{arcs: [{{step: s{i + 1}, args: {{x: \"{_HEAVY}\"}}}}]}}" if i < 7 else "")
+        for i in range(8)
+    ]
+)
+
+
+async def test_heavy_templates_do_not_hold_the_event_loop(nc: Any, services: Any) -> None:
+    """Before: a template within every size limit held the server's decision loop (19 s) and a
+    worker's other commands. Now an execution whose templates are slow has them worked off the
+    event loop after the first slow one, on the server (a slow lane) and on the worker (a thread):
+    16 renders of ~0.1 s each stall the loop about twice, not 16 times."""
+    import asyncio
+
+    server, _ = services
+    stalls: list[float] = []
+    stop = asyncio.Event()
+
+    async def probe() -> None:
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            t = loop.time()
+            await asyncio.sleep(0.005)
+            late = loop.time() - t - 0.005
+            if late > 0.06:
+                stalls.append(round(late, 3))
+
+    watcher = asyncio.create_task(probe())
+    heavy = asyncio.create_task(
+        run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": HEAVY_CHAIN}, timeout=60)
+    )
+    light = 0
+    while not heavy.done():
+        await _next_one_succeeds(nc)
+        light += 1
+    out = await heavy
+    stop.set()
+    await watcher
+    assert out["status"] == "success" and out["result"] == "x", out.get("error")
+    assert len(stalls) <= 4, (
+        f"{len(stalls)} event-loop stalls over 60 ms ({stalls}) during 16 heavy renders; "
+        f"{light} light executions finished meanwhile"
+    )
+    assert server.lanes.opened >= 1, "the heavy execution never got a lane of its own"

@@ -15,6 +15,7 @@ path of the failing value (``... in workflow[2].tool[0].params.page``).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -102,22 +103,27 @@ class TemplateEngine:
         self._cache_size = cache_size
         self._native: dict[str, Entry] = {}
         self._text: dict[str, Entry] = {}
-        self._shared: int | None = None  # work left to every render inside ``shared_budget``
+        # work left to every render inside ``shared_budget``: per context, as the server may
+        # decide one execution in a thread while others render on its event loop
+        self._shared: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+            f"noetl_shared_budget_{id(self)}", default=None
+        )
 
     @contextlib.contextmanager
     def shared_budget(self, units: int) -> Iterator[None]:
         """Renders inside share ``units`` of filter work on top of their own limit: the server
         gives one decision (every admission, arc and argument it renders) this much, so one
         input cannot hold the decision loop for the sum of many renders' budgets."""
-        self._shared = units
+        token = self._shared.set([units])
         try:
             yield
         finally:
-            self._shared = None
+            self._shared.reset(token)
 
     def _spent(self, scope: _Scope) -> None:
-        if self._shared is not None and scope.jctx is not None:
-            self._shared -= scope.work - scope.jctx.noetl_work
+        shared = self._shared.get()
+        if shared is not None and scope.jctx is not None:
+            shared[0] -= scope.work - scope.jctx.noetl_work
 
     # -- public -------------------------------------------------------------------------------
 
@@ -196,8 +202,9 @@ class TemplateEngine:
         ctx = scope.jctx
         if ctx is None:
             ctx = scope.jctx = RenderContext.fresh(self.env, scope.data)
-            if self._shared is not None:
-                ctx.noetl_work = max(0, min(ctx.noetl_work, self._shared))
+            shared = self._shared.get()
+            if shared is not None:
+                ctx.noetl_work = max(0, min(ctx.noetl_work, shared[0]))
             scope.work = ctx.noetl_work
         try:
             if kind == _NATIVE:

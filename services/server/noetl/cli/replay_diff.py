@@ -143,7 +143,7 @@ def replay_diff(events: list[dict[str, Any]], playbook_text: str | None = None) 
             and ev.get("cause_id")
             and ev.get("name") != "playbook.execution.requested"
         ):
-            recorded.setdefault(str(ev["cause_id"]), []).append(ev)
+            recorded.setdefault(str(ev.get("cause_id")), []).append(ev)
     inputs = [ev for ev in events if is_input(ev) or str(ev.get("event_id")) in recorded]
     report = ReplayReport(
         execution_id=str(events[0].get("execution_id")) if events else "",

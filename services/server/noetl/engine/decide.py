@@ -29,7 +29,7 @@ from noetl.dsl.model import Step
 from noetl.dsl.policy import admit, apply_patch, evaluate_arcs
 from noetl.dsl.specmerge import deep_merge, effective_step_spec
 from noetl.engine.state import ExecutionState, LoopState, RunState
-from noetl.events.envelope import dumps, make_event
+from noetl.events.envelope import dumps, make_event, trace_of
 from noetl.events.ids import derive_id
 from noetl.events.refs import make_reference
 from noetl.events.subjects import DEFAULT_POOL
@@ -207,7 +207,7 @@ def new_state(event: dict[str, Any]) -> ExecutionState:
         playbook=playbook,
         workload=workload,
         parent_execution_id=event.get("parent_execution_id"),
-        trace_id=event.get("trace_id"),
+        trace_id=trace_of(event),
         partition=int(p.get("partition", 0)),
     )
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,7 @@ from noetl.events.puller import Puller, PullError, ack_stored, consumer_sequence
 from noetl.events.retry import describe, is_transient, retrying
 from noetl.events.runtime import cancel_and_wait, process_id
 from noetl.events.streams import ensure_all, ensure_consumer, replicated
+from noetl.server.lanes import SLOW_DECISION_S, SlowLanes
 from noetl.server.leases import PartitionLeases
 from noetl.server.requests import RequestHandler
 
@@ -92,6 +94,7 @@ class Server:
         self._next_save: dict[int, float] = {}
         self._readers = 0  # consumers created, for unique names
         self.leases: PartitionLeases | None = None
+        self.lanes = SlowLanes(self._decide_known, self._store_lane)
         # sees every input the engine decides on and every event it writes (metrics)
         self.observer: Callable[[dict[str, Any]], None] | None = None
 
@@ -136,6 +139,7 @@ class Server:
             await self.leases.stop()  # every partition handed over: loops stopped, keys deleted
         for p in list(self._loops):
             await self._stop_partition(p)
+        await self.lanes.close_all()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -184,6 +188,7 @@ class Server:
         """Stop deciding for ``partition`` and forget its executions: while another replica owns it
         they advance, so what this one holds in memory is stale by the time it owns it again."""
         await cancel_and_wait(self._loops.pop(partition, None))
+        await self.lanes.close_partition(partition)
         for eid in [e for e, p in self._state_partition.items() if p == partition]:
             self.states.pop(eid, None)
             self._state_partition.pop(eid, None)
@@ -359,6 +364,9 @@ class Server:
                 continue
             if not isinstance(event, dict) or not is_input(event):
                 continue
+            if event.get("execution_id") in self.lanes:
+                self.lanes.put(event["execution_id"], last_seq, event)
+                continue
             try:
                 # NATS failures are waited out inside, so an input is never skipped for want of I/O
                 decision = await self._decide(event, last_seq, partition)
@@ -367,19 +375,8 @@ class Server:
                     "engine failed on event %s (%s); ignored", event.get("event_id"), event.get("name")
                 )
                 continue
-            if decision is None:
-                continue
-            if self.observer is not None:
-                self._observe(event, decision.events)
-            group = groups.setdefault(event["execution_id"], _Outputs(event))
-            group.cause = event
-            group.objects.extend(decision.objects)
-            ended_loops.extend((event["execution_id"], run_id) for run_id in decision.ended_loops)
-            for ev in decision.events:
-                subject = s.event_subject(partition, ev["execution_id"], ev["name"])
-                group.events.append((subject, dumps(ev), ev["event_id"], ev["name"] in _WAITED_FOR))
-            for cmd in decision.commands:
-                group.commands.append((s.command_subject(cmd["pool"]), dumps(cmd), cmd["command_id"]))
+            if decision is not None:
+                self._collect(groups, ended_loops, partition, event, decision)
         # objects before the events that refer to them; events before commands, so a worker's
         # events always follow the step.scheduled they answer (an execution's own order is kept)
         objects = [o for g in groups.values() for o in g.objects]
@@ -389,9 +386,33 @@ class Server:
             await self._until_stored(self._store(objects, events, commands, partition, last_seq))
         except _Unstorable:
             await self._store_each(groups, partition, last_seq)
+        self.lanes.release()
         if ended_loops:
             await self._purge_snapshots(ended_loops)
         self.decided += len(batch)
+        self._forget_finished()
+
+    def _collect(
+        self,
+        groups: dict[str, _Outputs],
+        ended_loops: list[tuple[str, str]],
+        partition: int,
+        event: dict[str, Any],
+        decision: Any,
+    ) -> None:
+        if self.observer is not None:
+            self._observe(event, decision.events)
+        group = groups.setdefault(event["execution_id"], _Outputs(event))
+        group.cause = event
+        group.objects.extend(decision.objects)
+        ended_loops.extend((event["execution_id"], run_id) for run_id in decision.ended_loops)
+        for ev in decision.events:
+            subject = s.event_subject(partition, ev["execution_id"], ev["name"])
+            group.events.append((subject, dumps(ev), ev["event_id"], ev["name"] in _WAITED_FOR))
+        for cmd in decision.commands:
+            group.commands.append((s.command_subject(cmd["pool"]), dumps(cmd), cmd["command_id"]))
+
+    def _forget_finished(self) -> None:
         for eid in [e for e, st in self.states.items() if st.finished]:
             st = self.states.pop(eid)
             self._state_partition.pop(eid, None)
@@ -399,6 +420,22 @@ class Server:
                 "execution finished",
                 extra={"execution_id": eid, "status": st.status, "playbook": st.playbook.metadata.path},
             )
+
+    async def _store_lane(self, partition: int, event: dict[str, Any], decision: Any) -> None:
+        """One decision of a slow lane (``noetl.server.lanes``), stored as a batch's are; the
+        partition's checkpoint is not moved here: it follows the lanes' floor."""
+        groups: dict[str, _Outputs] = {}
+        ended_loops: list[tuple[str, str]] = []
+        self._collect(groups, ended_loops, partition, event, decision)
+        g = groups[event["execution_id"]]
+        try:
+            await self._until_stored(self._store(g.objects, g.events, g.commands, partition, None))
+        except _Unstorable:
+            await self._store_each(groups, partition, None)
+        if ended_loops:
+            await self._purge_snapshots(ended_loops)
+        self.decided += 1
+        self._forget_finished()
 
     async def _store_each(self, groups: dict[str, _Outputs], partition: int, seq: int) -> None:
         """JetStream refused something of the batch for good (a message over the server's
@@ -493,8 +530,14 @@ class Server:
         if partition not in self._unsaved or not (now or loop_now >= self._next_save.get(partition, 0.0)):
             return
         self._next_save[partition] = loop_now + CHECKPOINT_EVERY
+        seq = self._unsaved[partition]
+        floor = self.lanes.floor(partition)
+        if floor is not None and floor <= seq:
+            seq = floor - 1  # a slow lane has not stored it yet; the rest is written when it has
+        else:
+            del self._unsaved[partition]
         key = s.kv_subject(s.SERVER_BUCKET, s.checkpoint_key(partition))
-        await self.nc.publish(key, str(self._unsaved.pop(partition)).encode())
+        await self.nc.publish(key, str(seq).encode())
 
     async def _purge_snapshots(self, loops: list[tuple[str, str]]) -> None:
         """One purge per ended loop instead of one per iteration; not awaited: a purge lost to a
@@ -550,6 +593,17 @@ class Server:
         elif event["name"] == "playbook.execution.requested":
             return None  # a repeated request event: already started
         if state.finished:
+            return None
+        began = time.perf_counter()
+        decision = decide(state, event)
+        if time.perf_counter() - began > SLOW_DECISION_S:
+            self.lanes.open(eid, partition, state)
+        return decision
+
+    @staticmethod
+    def _decide_known(state: ExecutionState, event: dict[str, Any]) -> Any:
+        """A lane's decision (in a thread): the engine alone, on a state already in memory."""
+        if state.finished or event["name"] == "playbook.execution.requested":
             return None
         return decide(state, event)
 

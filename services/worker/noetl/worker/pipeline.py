@@ -9,9 +9,11 @@ of its terminal event, which the server applies in order.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from noetl.dsl.errors import (
     NoetlError,
@@ -27,6 +29,11 @@ from noetl.dsl.templates import TemplateEngine
 from noetl.events import logs
 from noetl.worker.tools.base import Clock, ToolContext, get_tool
 from noetl.worker.tools.workbook import resolve_workbook
+
+T = TypeVar("T")
+# a template call slower than this moves the rest of its run's template work off the event loop
+SLOW_RENDER_S = 0.02
+_SLOW_EXECUTIONS: set[str] = set()  # of this worker process: their template work runs in a thread
 
 # fields a kind reads as code, not as a template
 _RAW_FIELDS = frozenset({"code"})
@@ -144,8 +151,15 @@ class Pipeline:
             if self.emit:
                 await self.emit("task.done", task, snap.runs, outcome)
             try:
-                d = evaluate_task_policy(
-                    task.policy, outcome, context, self.engine, retry_number=snap.attempt
+                d = await self._cpu(
+                    partial(
+                        evaluate_task_policy,
+                        task.policy,
+                        outcome,
+                        context,
+                        self.engine,
+                        retry_number=snap.attempt,
+                    )
                 )
             except TemplateError as e:
                 return self._fail(snap, e.to_dict())
@@ -187,6 +201,28 @@ class Pipeline:
                 await self.checkpoint(snap)  # after the last task the terminal event says it all
         return RunResult(ok=True, result=snap.prev, ctx_patches=snap.ctx_patches, iter=snap.iter)
 
+    async def _cpu(self, fn: Callable[[], T]) -> T:
+        """Template work: on the event loop while the execution's templates are quick; once one
+        call took longer than ``SLOW_RENDER_S``, the execution's template work goes to a thread
+        from then on, so heavy templates (bounded by their work budget, but up to ~0.2 s each)
+        never hold the worker's other commands, their heartbeats and acks."""
+        if self.execution_id in _SLOW_EXECUTIONS:
+            return await asyncio.to_thread(fn)
+        began = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            if time.perf_counter() - began > SLOW_RENDER_S:
+                if len(_SLOW_EXECUTIONS) >= 10_000:
+                    _SLOW_EXECUTIONS.clear()  # forgetting one costs one more slow call on the loop
+                _SLOW_EXECUTIONS.add(self.execution_id)
+
+    def _render_fields(self, task: Task, config: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+        return {
+            k: (v if k in _RAW_FIELDS else self.engine.render(v, context, f"{task.path}.{k}"))
+            for k, v in config.items()
+        }
+
     def _fail(self, snap: Snapshot, error: dict[str, Any]) -> RunResult:
         return RunResult(ok=False, error=error, ctx_patches=snap.ctx_patches, iter=snap.iter)
 
@@ -204,12 +240,12 @@ class Pipeline:
                 template_spec = scoped(config.pop("spec", None))
                 if template_spec:
                     spec = deep_merge(deep_merge(spec, template_spec), scoped(task.spec))
-            rendered = {
-                k: (v if k in _RAW_FIELDS else self.engine.render(v, context, f"{task.path}.{k}"))
-                for k, v in config.items()
-            }
+            rendered = await self._cpu(partial(self._render_fields, task, config, context))
             if self.emit:
                 await self.emit("task.started", task, run_no, {"kind": kind, "attempt": attempt})
+            extra: dict[str, Any] = {"prev": context.get("_prev"), "command_id": self.command_id}
+            if task.kind == "python":  # where its code sits in the playbook, for error messages
+                extra["code_origin"] = (self.playbook.source, task.line)
             tctx = ToolContext(
                 execution_id=self.execution_id,
                 step=self.step.name,
@@ -218,7 +254,7 @@ class Pipeline:
                 keychain=self.keychain,
                 services=self.services,
                 attempt=attempt,
-                extra={"prev": context.get("_prev"), "command_id": self.command_id},
+                extra=extra,
             )
             outcome = await get_tool(kind).run(rendered, tctx)
         except NoetlError as e:

@@ -231,7 +231,7 @@ class Worker:
             "finished it (workers crashing or killed while running it, e.g. out of memory); "
             "not trying again",
         }
-        await self._publish_terminal(cmd, False, {"result": None, "ctx_patches": [], "error": err})
+        await self._publish_terminal(cmd, False, {"result": None, "error": err})
 
     async def _publish_terminal(
         self, cmd: dict[str, Any], ok: bool, payload: dict[str, Any], outbox: Outbox | None = None
@@ -254,7 +254,6 @@ class Worker:
             )
             payload = {
                 "result": None,
-                "ctx_patches": [],
                 "error": err.to_dict(),
                 "worker": self.worker_id,
                 **({"index": index} if index is not None else {}),
@@ -363,7 +362,7 @@ class Worker:
             keychain, kinds = await self._keychain(playbook, cmd)
         except NoetlError as e:  # e.g. no key to decrypt the store: say so, do not retry forever
             await self._publish_terminal(
-                cmd, False, {"result": None, "ctx_patches": [], "error": e.to_dict()}
+                cmd, False, {"result": None, "error": e.to_dict()}
             )
             return
         masker = Masker(keychain, kinds=kinds) if keychain else _NO_SECRETS
@@ -477,7 +476,9 @@ class Worker:
         )
         res = await self._run_pipeline(exec_id, pipe, snapshot, cmd.get("iter"))
         result = await externalize(self.js, masker.mask(res.result), f"{key_base}/result", limit)
-        payload: dict[str, Any] = {"result": result, "ctx_patches": masker.mask(res.ctx_patches)}
+        payload: dict[str, Any] = {"result": result}
+        if res.ctx_patches:  # the fold reads a missing list as empty: no bytes for nothing
+            payload["ctx_patches"] = masker.mask(res.ctx_patches)
         if not res.ok:
             payload["error"] = masker.mask(res.error)
         await self._publish_terminal(cmd, res.ok, payload, outbox)
