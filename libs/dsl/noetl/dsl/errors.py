@@ -22,7 +22,14 @@ The same ``kind`` appears in task outcomes (``outcome.error.kind``), in events
     ├── PayloadTooLargeError        payload_too_large     (a command or event over JetStream's limit)
     ├── ResultStoreError            result_store_error
     ├── WorkerLostError             worker_lost
-    └── RequestInvalidError         request_invalid
+    ├── RequestInvalidError         request_invalid
+    ├── ExecutionCancelledError     cancelled             (the execution was cancelled by request)
+    ├── AbortedError                aborted               (a loop stopped by a failure elsewhere)
+    ├── IterationFailedError        iteration_failed      (a failed iteration that said nothing)
+    ├── StepFailedError             step_failed           (a failed step that said nothing)
+    ├── NoSuchEntityError           not_found             (API: no such execution, credential, playbook)
+    ├── UnauthorizedError           unauthorized          (API: no valid token)
+    └── ForbiddenError              forbidden             (API: the token's role may not do this)
 
 Third-party exceptions are translated into this tree only at the boundary (the tool kinds and the
 adapters), never deep inside the engine.
@@ -179,6 +186,46 @@ class DeploymentError(NoetlError):
 
 class RequestInvalidError(NoetlError):
     kind = "request_invalid"
+
+
+class ExecutionCancelledError(NoetlError):
+    kind = "cancelled"
+
+
+class AbortedError(NoetlError):
+    kind = "aborted"
+
+
+class IterationFailedError(NoetlError):
+    kind = "iteration_failed"
+
+
+class StepFailedError(NoetlError):
+    kind = "step_failed"
+
+
+class NoSuchEntityError(NoetlError):
+    kind = "not_found"
+
+
+class UnauthorizedError(NoetlError):
+    kind = "unauthorized"
+
+
+class ForbiddenError(NoetlError):
+    kind = "forbidden"
+
+
+def reply_error(err: NoetlError) -> dict[str, Any]:
+    """The ``{"error": {kind, message}}`` body of an API or NATS-service refusal."""
+    return {"error": {"kind": err.kind, "message": err.message, **err.details}}
+
+
+def brief(error: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An error's kind and message alone, for listings that must stay small."""
+    if not error:
+        return None
+    return {"kind": error.get("kind"), "message": error.get("message")}
 
 
 def all_error_kinds() -> dict[str, type[NoetlError]]:

@@ -14,7 +14,13 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from noetl.dsl.cache import digest_of, parse_playbook
-from noetl.dsl.errors import CredentialScopeError, PlaybookInvalidError, RequestInvalidError
+from noetl.dsl.errors import (
+    CredentialScopeError,
+    NoSuchEntityError,
+    PlaybookInvalidError,
+    RequestInvalidError,
+    reply_error,
+)
 from noetl.dsl.names import execution_id_problem, request_id_problem
 from noetl.events import subjects as s
 from noetl.events.bus import publish_all
@@ -151,15 +157,15 @@ class RequestHandler:
             execution_id = req["execution_id"]
         except (ValueError, KeyError, TypeError):
             log.warning('cancel request ignored: it needs {"execution_id": ...}')
-            return {"error": {"kind": "request_invalid", "message": "cancel needs execution_id"}}
+            return reply_error(RequestInvalidError("cancel needs execution_id"))
         if problem := execution_id_problem(execution_id):
             log.warning("cancel request ignored: %s", problem)
-            return {"error": RequestInvalidError(f"cancel: {problem}").to_dict()}
+            return reply_error(RequestInvalidError(f"cancel: {problem}"))
         # the execution's own partition, whatever the count was when it started
         partition = await self._partition_of_recorded(execution_id)
         if partition is None:  # a cancel must not make a phantom execution appear
             log.warning("cancel request ignored: no execution %s", execution_id)
-            return {"error": {"kind": "not_found", "message": f"no execution {execution_id}"}}
+            return reply_error(NoSuchEntityError(f"no execution {execution_id}"))
         event = make_event(
             event_id=derive_id("cancel", execution_id),
             execution_id=execution_id,

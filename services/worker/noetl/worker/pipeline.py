@@ -21,6 +21,7 @@ from noetl.dsl.errors import (
     RetriesExhaustedError,
     TaskRunLimitError,
     TemplateError,
+    ToolError,
 )
 from noetl.dsl.model import Playbook, Step, Task
 from noetl.dsl.policy import apply_patch, evaluate_task_policy
@@ -262,11 +263,7 @@ class Pipeline:
         except Exception as e:  # a bug in a kind must not take the worker down
             outcome = {
                 "status": "error",
-                "error": {
-                    "kind": "tool_error",
-                    "retryable": False,
-                    "message": f"{kind} task {task.name}: {type(e).__name__}: {e}",
-                },
+                "error": ToolError(f"{kind} task {task.name}: {type(e).__name__}: {e}").to_dict(),
             }
         outcome.setdefault("meta", clock.meta(task.name, attempt))
         return outcome

@@ -27,7 +27,13 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import KeyNotFoundError
 
 from noetl.dsl.cache import parse_playbook, template_engine
-from noetl.dsl.errors import DeploymentError, NoetlError, PayloadTooLargeError
+from noetl.dsl.errors import (
+    DeploymentError,
+    ExecutionCancelledError,
+    NoetlError,
+    PayloadTooLargeError,
+    WorkerLostError,
+)
 from noetl.dsl.model import Playbook
 from noetl.dsl.names import pool_problem
 from noetl.dsl.specmerge import effective_step_spec
@@ -224,13 +230,11 @@ class Worker:
             self._leases.pop(id(msg), None)
 
     async def _worker_lost(self, cmd: dict[str, Any], delivered: int) -> None:
-        err = {
-            "kind": "worker_lost",
-            "retryable": False,
-            "message": f"step {cmd['step']}: its command was delivered {delivered} times and no worker "
+        err = WorkerLostError(
+            f"step {cmd['step']}: its command was delivered {delivered} times and no worker "
             "finished it (workers crashing or killed while running it, e.g. out of memory); "
-            "not trying again",
-        }
+            "not trying again"
+        ).to_dict()
         await self._publish_terminal(cmd, False, {"result": None, "error": err})
 
     async def _publish_terminal(
@@ -486,5 +490,5 @@ class Worker:
 
 def _cancelled() -> RunResult:
     return RunResult(
-        ok=False, error={"kind": "cancelled", "retryable": False, "message": "the execution was cancelled"}
+        ok=False, error=ExecutionCancelledError("the execution was cancelled").to_dict()
     )

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from noetl.dsl.errors import PlaybookInvalidError
+from noetl.dsl.errors import NoSuchEntityError, PlaybookInvalidError, RequestInvalidError
 from noetl.server.api.context import body_error, ctx_of, error, json_body, read_body
 
 
@@ -34,12 +34,12 @@ async def register_playbook(request: Request) -> Response:
             return body_error(e)
         text = body.get("playbook") if isinstance(body, dict) else None
         if not isinstance(text, str):
-            return error(400, "request_invalid", 'send the YAML text, or {"playbook": "<YAML text>"}')
+            return error(400, RequestInvalidError, 'send the YAML text, or {"playbook": "<YAML text>"}')
     else:
         try:
             text = (await read_body(request)).decode()
         except UnicodeDecodeError:
-            return error(400, "request_invalid", "the playbook must be UTF-8 text")
+            return error(400, RequestInvalidError, "the playbook must be UTF-8 text")
         except ValueError as e:
             return body_error(e)
     try:
@@ -72,7 +72,8 @@ async def get_playbook(request: Request) -> Response:
     path, version = request.path_params["path"], request.query_params.get("version")
     text = await ctx_of(request).catalog.get(path, version)
     if text is None:
-        return error(404, "not_found", f"no playbook {path!r}{' version ' + version if version else ''}")
+        which = f"{path!r}{' version ' + version if version else ''}"
+        return error(404, NoSuchEntityError, f"no playbook {which}")
     return PlainTextResponse(text, media_type="application/yaml")
 
 

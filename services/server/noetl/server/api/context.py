@@ -15,6 +15,7 @@ from nats.aio.client import Client as NATS
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from noetl.dsl.errors import NoetlError, RequestInvalidError, reply_error
 from noetl.server.api.metrics import Metrics
 
 
@@ -38,8 +39,9 @@ def ctx_of(request: Request) -> ApiContext:
     return request.app.state.noetl
 
 
-def error(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": {"kind": kind, "message": message, **extra}}, status_code=status)
+def error(status: int, cls: type[NoetlError], message: str, **extra: Any) -> JSONResponse:
+    """An API refusal: its kind comes from the error tree, never a string of its own."""
+    return JSONResponse(reply_error(cls(message, **extra)), status_code=status)
 
 
 def auth_of(request: Request) -> dict[str, str]:
@@ -70,8 +72,8 @@ async def read_body(request: Request, limit: int = MAX_BODY) -> bytes:
 
 def body_error(e: ValueError) -> JSONResponse:
     if isinstance(e, BodyTooLargeError):
-        return error(413, "request_invalid", str(e))
-    return error(400, "request_invalid", str(e))
+        return error(413, RequestInvalidError, str(e))
+    return error(400, RequestInvalidError, str(e))
 
 
 async def json_body(request: Request) -> Any:

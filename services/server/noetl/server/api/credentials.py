@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from noetl.dsl.errors import KeychainUnresolvedError
+from noetl.dsl.errors import ForbiddenError, KeychainUnresolvedError, NoSuchEntityError, RequestInvalidError
 from noetl.events.audit import record_credential_access
 from noetl.events.credentials import check_name, check_scope
 from noetl.server.api.context import auth_of, body_error, ctx_of, error, json_body
@@ -42,7 +42,7 @@ def _forbidden_to_manage(request: Request) -> Response | None:
     ctx = ctx_of(request)
     if auth_of(request)["role"] == "admin" or not (ctx.token or ctx.admin_token):
         return None
-    return error(403, "forbidden", "managing credentials needs the admin token (NOETL_API_ADMIN_TOKEN)")
+    return error(403, ForbiddenError, "managing credentials needs the admin token (NOETL_API_ADMIN_TOKEN)")
 
 
 def _name(request: Request) -> str | None:
@@ -80,22 +80,22 @@ async def put_credential(request: Request) -> Response:
     except ValueError as e:
         return body_error(e)
     if not isinstance(body, dict) or not isinstance(body.get("data"), dict):
-        return error(400, "request_invalid", 'send {"name": ..., "kind": ..., "data": {...}}')
+        return error(400, RequestInvalidError, 'send {"name": ..., "kind": ..., "data": {...}}')
     name, kind = body.get("name"), body.get("kind") or "secret"
     try:
         check_name(name)  # type: ignore[arg-type]
     except ValueError as e:
-        return error(400, "request_invalid", str(e))
+        return error(400, RequestInvalidError, str(e))
     if not isinstance(kind, str):
-        return error(400, "request_invalid", "`kind` must be a string")
+        return error(400, RequestInvalidError, "`kind` must be a string")
     try:
         scope = check_scope(body.get("scope"))
     except ValueError as e:
-        return error(400, "request_invalid", str(e))
+        return error(400, RequestInvalidError, str(e))
     try:
         await ctx_of(request).credentials.put(name, kind, body["data"], scope)
     except KeychainUnresolvedError as e:
-        return error(503, "keychain_unresolved", e.message)
+        return error(503, KeychainUnresolvedError, e.message)
     await _audit(request, "credential.put", name, "stored", kind)  # type: ignore[arg-type]
     return JSONResponse({"name": name, "kind": kind, "scope": scope}, status_code=201)
 
@@ -125,24 +125,24 @@ async def get_credential(request: Request) -> Response:
     """
     name = _name(request)
     if name is None:
-        return error(400, "request_invalid", "invalid credential name")
+        return error(400, RequestInvalidError, "invalid credential name")
     store = ctx_of(request).credentials
     record: dict[str, Any] | None = await store._record(name)
     if record is None:
-        return error(404, "not_found", f"no credential {name!r}")
+        return error(404, NoSuchEntityError, f"no credential {name!r}")
     out: dict[str, Any] = {"name": name, "kind": record.get("kind")}
     if request.query_params.get("include_data", "").lower() not in ("1", "true", "yes"):
         return JSONResponse(out)
     if auth_of(request)["role"] != "admin":
         await _audit(request, "credential.read", name, "denied", out["kind"])
-        return error(403, "forbidden", "include_data needs the admin token (NOETL_API_ADMIN_TOKEN)")
+        return error(403, ForbiddenError, "include_data needs the admin token (NOETL_API_ADMIN_TOKEN)")
     try:
         got = await store.get(name)
     except KeychainUnresolvedError as e:
         await _audit(request, "credential.read", name, "failed", out["kind"])
-        return error(503, "keychain_unresolved", e.message)
+        return error(503, KeychainUnresolvedError, e.message)
     if got is None:  # deleted between the two reads
-        return error(404, "not_found", f"no credential {name!r}")
+        return error(404, NoSuchEntityError, f"no credential {name!r}")
     await _audit(request, "credential.read", name, "granted", out["kind"])
     out["data"] = got["data"]
     return JSONResponse(out)
@@ -158,13 +158,13 @@ async def delete_credential(request: Request) -> Response:
     """
     name = _name(request)
     if name is None:
-        return error(400, "request_invalid", "invalid credential name")
+        return error(400, RequestInvalidError, "invalid credential name")
     if (denied := _forbidden_to_manage(request)) is not None:
         await _audit(request, "credential.delete", name, "denied")
         return denied
     store = ctx_of(request).credentials
     if not await store.exists(name):
-        return error(404, "not_found", f"no credential {name!r}")
+        return error(404, NoSuchEntityError, f"no credential {name!r}")
     await store.delete(name)
     await _audit(request, "credential.delete", name, "deleted")
     return Response(status_code=204)

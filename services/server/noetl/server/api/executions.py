@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from noetl.dsl.errors import NoSuchEntityError, RequestInvalidError
 from noetl.server.api.context import body_error, ctx_of, error, json_body, read_body
 from noetl.server.api.follow import follow_events
 from noetl.server.api.queries import (
@@ -79,7 +80,7 @@ async def get_executions(request: Request) -> Response:
         limit = int(q.get("limit", "100"))
         before = int(q["before"]) if q.get("before") else None
     except ValueError:
-        return error(400, "request_invalid", "limit and before must be integers")
+        return error(400, RequestInvalidError, "limit and before must be integers")
     out = await list_executions(
         ctx_of(request).js, status=q.get("status"), path=q.get("path"), limit=limit, before=before
     )
@@ -89,7 +90,7 @@ async def get_executions(request: Request) -> Response:
 def _id_or_error(request: Request) -> tuple[str, Response | None]:
     eid = request.path_params["execution_id"]
     if not valid_execution_id(eid):
-        return eid, error(400, "request_invalid", "execution ids are letters, digits, '-' and '_'")
+        return eid, error(400, RequestInvalidError, "execution ids are letters, digits, '-' and '_'")
     return eid, None
 
 
@@ -106,7 +107,7 @@ async def get_execution(request: Request) -> Response:
         return bad
     out = await execution_status(ctx_of(request).js, eid)
     if out is None:
-        return error(404, "not_found", f"no execution {eid}")
+        return error(404, NoSuchEntityError, f"no execution {eid}")
     return JSONResponse(out)
 
 
@@ -134,7 +135,7 @@ async def get_execution_events(request: Request) -> Response:
         )
     events = [ev async for ev in follow_events(ctx.nc, eid, follow=False) if ev is not None]
     if not events:
-        return error(404, "not_found", f"no execution {eid}")
+        return error(404, NoSuchEntityError, f"no execution {eid}")
     return JSONResponse(events)
 
 
@@ -173,7 +174,7 @@ async def cancel_execution(request: Request) -> Response:
     reason = body.get("reason") if isinstance(body, dict) else None
     out = await request_cancel(ctx_of(request).js, eid, str(reason) if reason else None)
     if out is None:
-        return error(404, "not_found", f"no execution {eid}")
+        return error(404, NoSuchEntityError, f"no execution {eid}")
     return JSONResponse(out, status_code=202)
 
 

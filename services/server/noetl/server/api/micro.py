@@ -20,6 +20,7 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
+from noetl.dsl.errors import NoSuchEntityError, RequestInvalidError, reply_error
 from noetl.events.runtime import package_version
 from noetl.server.api.queries import execution_status, request_cancel, request_status_code, valid_execution_id
 
@@ -53,7 +54,7 @@ def _execution_id(req: Request) -> str | dict[str, Any]:
     except (ValueError, KeyError):
         eid = None
     if not isinstance(eid, str) or not valid_execution_id(eid):
-        return {"error": {"kind": "request_invalid", "message": 'send {"execution_id": "..."}'}}
+        return reply_error(RequestInvalidError('send {"execution_id": "..."}'))
     return eid
 
 
@@ -95,7 +96,7 @@ class NatsApiService:
             return
         out = await execution_status(self.nc.jetstream(), eid)
         if out is None:
-            await _reply(req, {"error": {"kind": "not_found", "message": f"no execution {eid}"}}, 404)
+            await _reply(req, reply_error(NoSuchEntityError(f"no execution {eid}")), 404)
             return
         await _reply(req, out)
 
@@ -107,6 +108,6 @@ class NatsApiService:
         reason = json.loads(req.data).get("reason")
         out = await request_cancel(self.nc.jetstream(), eid, str(reason) if reason else None)
         if out is None:
-            await _reply(req, {"error": {"kind": "not_found", "message": f"no execution {eid}"}}, 404)
+            await _reply(req, reply_error(NoSuchEntityError(f"no execution {eid}")), 404)
             return
         await _reply(req, out)

@@ -15,6 +15,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from noetl.cli.output import execution_output
+from noetl.dsl.errors import brief
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events, read_messages
 from noetl.events.envelope import dumps
@@ -43,7 +44,7 @@ def _summary_of(requested: dict[str, Any] | None, finished: dict[str, Any] | Non
         "requested_at": (requested or {}).get("timestamp"),
         "finished_at": (finished or {}).get("timestamp"),
         "parent_execution_id": any_ev.get("parent_execution_id"),
-        "error": {"kind": error.get("kind"), "message": error.get("message")} if error else None,
+        "error": brief(error),
     }
 
 

@@ -1,0 +1,107 @@
+"""What one input produces: the events, commands and objects of a decision, with ids derived
+from the input's id so that deciding it again yields the same bytes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from noetl.dsl.specmerge import effective_step_spec
+from noetl.engine.limits import MAX_EVENT_PAYLOAD, by_reference, size
+from noetl.engine.state import ExecutionState, RunState
+from noetl.events.envelope import make_event
+from noetl.events.ids import derive_id
+from noetl.events.subjects import DEFAULT_POOL
+
+
+@dataclass
+class Decision:
+    events: list[dict[str, Any]] = field(default_factory=list)
+    commands: list[dict[str, Any]] = field(default_factory=list)
+    # (key, bytes) to store in the results object store before the events that refer to them
+    objects: list[tuple[str, bytes]] = field(default_factory=list)
+    # step runs of loops that ended: no iteration of theirs runs again, so their snapshots can go
+    ended_loops: list[str] = field(default_factory=list)
+
+
+class Emitter:
+    """Builds the outputs of one input event with ids derived from it."""
+
+    def __init__(self, state: ExecutionState, cause: dict[str, Any]) -> None:
+        self.state = state
+        self.cause_id = cause["event_id"]
+        self.ts = cause.get("timestamp", "")
+        self.n = 0
+        self.out = Decision()
+
+    def event(
+        self,
+        name: str,
+        entity_type: str,
+        entity_id: str,
+        status: str,
+        payload: dict[str, Any] | None = None,
+        run: RunState | None = None,
+    ) -> dict[str, Any]:
+        self.n += 1
+        n_bytes = size(payload) if payload else 0
+        self.state.event_bytes += n_bytes
+        if n_bytes > MAX_EVENT_PAYLOAD:
+            key = f"{self.state.execution_id}/events/{derive_id(self.cause_id, self.n)}"
+            payload = {"payload_ref": by_reference(self.state, payload, key, self.out, limit=0)}
+        ev = make_event(
+            event_id=derive_id(self.cause_id, self.n),
+            execution_id=self.state.execution_id,
+            timestamp=self.ts,
+            source="server",
+            name=name,
+            entity_type=entity_type,  # type: ignore[arg-type]
+            entity_id=entity_id,
+            status=status,
+            payload=payload,  # type: ignore[arg-type]
+            step_run_id=run.run_id if run else None,
+            parent_execution_id=self.state.parent_execution_id,
+            trace_id=self.state.trace_id,
+            cause_id=self.cause_id,
+        )
+        self.out.events.append(ev)
+        return ev
+
+    def command(
+        self, run: RunState, *, index: int | None = None, iter_: dict[str, Any] | None = None
+    ) -> None:
+        self.n += 1
+        st = self.state
+        step = st.playbook.step(run.step)
+        pool = str(effective_step_spec(st.playbook, step).get("pool") or DEFAULT_POOL)
+        self.out.commands.append(
+            {
+                "command_id": derive_id(self.cause_id, self.n, "command"),
+                "execution_id": st.execution_id,
+                "pool": pool,
+                "step": run.step,
+                "step_run_id": run.run_id,
+                "index": index,
+                "iter": iter_,
+                "args": run.args,
+                "ctx": st.ctx,
+                "workload": st.workload,
+                "playbook_digest": st.playbook.digest,
+                "partition": st.partition,
+                "parent_execution_id": st.parent_execution_id,
+                "trace_id": st.trace_id,
+                "timestamp": self.ts,
+                "schema_version": 1,
+            }
+        )
+
+
+def event_view(name: str, status: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """What arcs and admission see as ``event``."""
+    return {
+        "name": name,
+        "status": status,
+        "result": payload.get("result"),
+        "error": payload.get("error"),
+        "payload": payload,
+    }

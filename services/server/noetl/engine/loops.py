@@ -1,0 +1,135 @@
+"""Loop steps: iterations dispatched within ``max_in_flight``, their ends counted, and the
+loop's one terminal event (SEMANTICS §7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from noetl.dsl.cache import template_engine
+from noetl.dsl.errors import (
+    AbortedError,
+    IterationFailedError,
+    LoopInNotListError,
+    LoopSizeLimitError,
+    NoetlError,
+)
+from noetl.dsl.model import Step
+from noetl.engine import routing
+from noetl.engine.emitter import Emitter
+from noetl.engine.limits import DEFAULT_MAX_LOOP_ITEMS, by_reference, execution_limit, too_large
+from noetl.engine.state import ExecutionState, LoopState, RunState
+
+
+def start_loop(
+    state: ExecutionState, step: Step, run: RunState, trigger: dict[str, Any] | None, em: Emitter
+) -> None:
+    assert step.loop is not None
+    try:
+        items = template_engine(state.playbook).render(
+            step.loop.in_, routing.context(state, run.args, trigger), f"{step.loop.path}.in"
+        )
+    except NoetlError as e:
+        routing.server_step_failed(state, run, e, em)
+        return
+    if not isinstance(items, list):
+        routing.server_step_failed(
+            state,
+            run,
+            LoopInNotListError(
+                f"loop.in of step {step.name!r} ({step.loop.path}.in) rendered to "
+                f"{type(items).__name__}, not a list: make the expression return a list"
+            ),
+            em,
+        )
+        return
+    most = execution_limit(state, "max_loop_items", DEFAULT_MAX_LOOP_ITEMS)
+    if len(items) > most:
+        err = LoopSizeLimitError(
+            f"loop.in of step {step.name!r} ({step.loop.path}.in) has {len(items)} elements; the limit is "
+            f"{most} (executor.spec.policy.limits.max_loop_items): page the input, or raise the limit"
+        )
+        routing.unhandled(state, err.to_dict())
+        routing.server_step_failed(state, run, err, em)
+        return
+    if (oversize := too_large(state, run)) is not None:
+        routing.server_step_failed(state, run, oversize, em)
+        return
+    run.loop = LoopState(items=items, results=[None] * len(items), finished=[False] * len(items))
+    em.event(
+        "loop.started",
+        "loop",
+        step.name,
+        "in_progress",
+        {"total": len(items), "mode": step.loop.mode, "iterator": step.loop.iterator},
+        run,
+    )
+    _dispatch(state, step, run, em)
+    maybe_end_loop(state, run, em)
+
+
+def _dispatch(state: ExecutionState, step: Step, run: RunState, em: Emitter) -> None:
+    loop, spec = run.loop, step.loop
+    assert loop is not None and spec is not None
+    cap = spec.max_in_flight if spec.mode == "parallel" else 1
+    while loop.in_flight < cap and loop.next_index < loop.total and not loop.stopped and not state.failed:
+        i = loop.next_index
+        loop.next_index += 1
+        loop.in_flight += 1
+        em.command(run, index=i, iter_={spec.iterator: loop.items[i], "index": i})
+
+
+def on_iteration(state: ExecutionState, run: RunState, event: dict[str, Any], em: Emitter) -> None:
+    loop = run.loop
+    assert loop is not None
+    p = event.get("payload") or {}
+    i = p.get("index")
+    if not isinstance(i, int) or not 0 <= i < loop.total or loop.finished[i]:
+        return
+    loop.finished[i] = True
+    loop.in_flight -= 1
+    step = state.playbook.step(run.step)
+    routing.apply_patches(state, p)
+    if event["name"] == "loop.iteration.done":
+        loop.done += 1
+        loop.results[i] = p.get("result")
+    else:
+        loop.failed += 1
+        if loop.first_error is None:
+            loop.first_error = p.get("error")
+        if step.failure_mode == "fail_fast":
+            loop.stopped = True
+    _dispatch(state, step, run, em)
+    maybe_end_loop(state, run, em)
+
+
+def maybe_end_loop(state: ExecutionState, run: RunState, em: Emitter) -> None:
+    loop = run.loop
+    if loop is None or loop.in_flight or run.status != "running":
+        return
+    exhausted = loop.next_index >= loop.total
+    if not (exhausted or loop.stopped or state.failed):
+        return
+    step = state.playbook.step(run.step)
+    counts = {"total": loop.total, "done": loop.done, "failed": loop.failed}
+    em.out.ended_loops.append(run.run_id)
+    if loop.failed and step.failure_mode == "fail_fast":
+        said = f"an iteration of loop step {run.step} failed"
+        err = dict(loop.first_error or IterationFailedError(said).to_dict())
+        err.setdefault("message", said)
+        payload = {"result": None, "error": err, **counts}
+        em.event("step.failed", "step", run.step, "error", payload, run)
+        routing.on_terminal(state, run, "step.failed", payload, em)
+    elif not exhausted:
+        err = AbortedError(
+            f"loop step {run.step} stopped: the execution was "
+            + ("cancelled" if state.cancelled else "already failed")
+        ).to_dict()
+        payload = {"result": None, "error": err, **counts}
+        em.event("step.failed", "step", run.step, "error", payload, run)
+        routing.on_terminal(state, run, "step.failed", payload, em)
+    else:
+        key = f"{state.execution_id}/{run.run_id}/loop.done"
+        result = by_reference(state, loop.results, key, em.out, step=step)
+        payload = {**counts, "result": result}
+        em.event("loop.done", "loop", run.step, "success", payload, run)
+        routing.on_terminal(state, run, "loop.done", payload, em)
