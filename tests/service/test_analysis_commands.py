@@ -86,3 +86,61 @@ async def test_noetl_test_runs_cases_and_reports_coverage(tmp_path: Path, capsys
     assert data[0]["coverage"]["arcs"]["never"] == [{"step": "measure", "arc": 0, "to": "big"}]
     ns.only = "nothing-matches"
     assert await run_suite(ns) == 2
+
+
+def _graph_args(file: Path | None, execution: str, url: str) -> argparse.Namespace:
+    return argparse.Namespace(file=str(file) if file else None, execution=execution, events=None,
+                              nats_url=url, out=None)
+
+
+async def test_graph_refuses_a_file_that_is_not_the_executions_playbook(  # type: ignore[no-untyped-def]
+    nc, nats_server, services, tmp_path: Path, capsys
+) -> None:
+    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
+    other = tmp_path / "other.yaml"
+    other.write_text(ROUTE.replace("path: tests/route}", "path: tests/other, version: '2'}"))
+    assert await graph(_graph_args(other, out["execution_id"], nats_server.url)) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    error = captured.err.strip()
+    assert "\n" not in error
+    assert error.startswith(f"noetl graph: execution {out['execution_id']} ran another playbook "
+                            "(path tests/route, digest ")
+    assert f"than {other} (path tests/other, version 2, digest " in error
+    eid = out["execution_id"]
+    assert f"omit FILE to draw the execution's own playbook (noetl graph --execution {eid})" in error
+    # the same text, however named, is the same playbook
+    same = tmp_path / "copy.yaml"
+    same.write_text(ROUTE)
+    assert await graph(_graph_args(same, out["execution_id"], nats_server.url)) == 0
+
+
+async def test_graph_without_file_draws_the_catalog_playbook_the_execution_ran(  # type: ignore[no-untyped-def]
+    nc, nats_server, services, tmp_path: Path, capsys
+) -> None:
+    from noetl.events.catalog import Catalog
+
+    catalog = await Catalog.open(nc.jetstream())
+    text = ROUTE.replace("path: tests/route}", "path: tests/graph_catalog, version: '3'}")
+    await catalog.register(text, "graph_catalog.yaml")
+    request = {"request_id": uuid.uuid4().hex, "path": "tests/graph_catalog", "version": "3"}
+    out = await run_and_wait(nc, request, timeout=30)
+    assert out["status"] == "success"
+    # a newer text registered under the same path and version later does not change what is drawn
+    await catalog.register(text.replace("result: big", "result: huge"), "graph_catalog.yaml")
+    assert await graph(_graph_args(None, out["execution_id"], nats_server.url)) == 0
+    drawn = capsys.readouterr().out
+    f = tmp_path / "route.yaml"
+    f.write_text(text)
+    assert await graph(_graph_args(f, out["execution_id"], nats_server.url)) == 0
+    assert capsys.readouterr().out == drawn
+    assert 's1 -->|"fired 1x"| s3' in drawn and "<b>big</b><br/>1 task<br/>not run" in drawn
+    # an inline playbook's text is kept by its request event
+    inline = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
+    assert await graph(_graph_args(None, inline["execution_id"], nats_server.url)) == 0
+    assert capsys.readouterr().out.startswith("flowchart TD\n")
+
+
+async def test_graph_needs_a_file_or_an_execution(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert await graph(_graph_args(None, "", "nats://127.0.0.1:1")) == 2
+    assert "give a playbook FILE, or --execution ID" in capsys.readouterr().err

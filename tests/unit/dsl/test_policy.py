@@ -224,7 +224,7 @@ def test_patch_template_error_names_its_path() -> None:
                              ".spec.policy.rules[0]"),))
     with pytest.raises(TemplateError) as info:
         decide(pol, ok())
-    assert info.value.message == ("'iter.pge' is undefined in "
+    assert info.value.message == ("'iter.pge' is undefined (iter is empty) in "
                                   "workflow[1].tool[2].spec.policy.rules[0].then.set_ctx.x")
 
 
@@ -323,12 +323,14 @@ def test_arc_template_errors_name_the_arc_path() -> None:
     nxt = arcs(arc("a", "{{ false }}"), arc("b", "{{ event.error.kind.x + 1 }}"))
     with pytest.raises(TemplateError) as info:
         evaluate_arcs(nxt, {"event": {}}, ENGINE)
-    assert info.value.message == "'event.error.kind.x' is undefined in workflow[3].next.arcs[1].when"
+    assert info.value.message == ("'event.error.kind.x' is undefined (event.error is undefined; "
+                                  "event is empty) in workflow[3].next.arcs[1].when")
     nxt = Next(mode="exclusive", arcs=(Arc(step="a", when=None, args={"x": "{{ nope }}"},
                                            path="workflow[3].next.arcs[0]"),))
     with pytest.raises(TemplateError) as info:
         evaluate_arcs(nxt, {}, ENGINE)
-    assert info.value.message == "'nope' is undefined in workflow[3].next.arcs[0].args.x"
+    assert info.value.message == ("'nope' is undefined (nothing is defined here) in "
+                                  "workflow[3].next.arcs[0].args.x")
 
 
 def test_undefined_when_is_an_error_not_false() -> None:

@@ -153,19 +153,29 @@ def test_tests_and_comparisons_on_undefined_are_allowed(source: str, expected: A
     assert render(source) is expected
 
 
+_WORKLOAD_HAS = "(workload has: a, endpoints, get, items, keys, n, values)"
+_DEFINED = "(defined here: args, ctx, iter, outcome, workload, _prev)"
+
+
 @pytest.mark.parametrize(("source", "name"), [
-    ("{{ workload.not_there }}", "'workload.not_there' is undefined"),
-    ("x={{ iter.pge }}", "'iter.pge' is undefined"),
-    ("{{ iter.pge.a.b }}", "'iter.pge.a.b' is undefined"),
-    ("{{ outcome.result.a.b }}", "'outcome.result.a.b' is undefined"),
-    ("{{ iter['pge'] }}", "'iter.pge' is undefined"),
-    ("{{ _prev[7] }}", "'_prev[7]' is undefined"),
-    ("{{ outcome.http.headers['x-y'] }}", "\"outcome.http.headers['x-y']\" is undefined"),
-    ("{{ nothing }}", "'nothing' is undefined"),
-    ("{{ [1, workload.nope] }}", "'workload.nope' is undefined"),
-    ("{{ {'k': workload.nope} }}", "'workload.nope' is undefined"),
-    ("v={{ [1, workload.nope] }}", "'workload.nope' is undefined"),
-    ("{{ [1] | map(attribute='x') | list }}", "'x' is undefined"),
+    ("{{ workload.not_there }}", f"'workload.not_there' is undefined {_WORKLOAD_HAS}"),
+    ("x={{ iter.pge }}", "'iter.pge' is undefined (iter has: endpoint, page)"),
+    ("{{ iter.pge.a.b }}", "'iter.pge.a.b' is undefined (iter.pge is undefined; iter has: endpoint, page)"),
+    ("{{ outcome.result.a.b }}", "'outcome.result.a.b' is undefined (outcome.result.a is undefined; "
+                                 "outcome.result has: data)"),
+    ("{{ iter['pge'] }}", "'iter.pge' is undefined (iter has: endpoint, page)"),
+    ("{{ _prev[7] }}", "'_prev[7]' is undefined (_prev is a list of 3 items)"),
+    ("{{ outcome.http.headers['x-y'] }}",
+     "\"outcome.http.headers['x-y']\" is undefined (outcome.http.headers has: retry-after)"),
+    ("{{ nothing }}", f"'nothing' is undefined {_DEFINED}"),
+    ("{{ nothing.x }}", "'nothing.x' is undefined (nothing is undefined; defined here: args, ctx, iter, "
+                        "outcome, workload, _prev)"),
+    ("{{ [1, workload.nope] }}", f"'workload.nope' is undefined {_WORKLOAD_HAS}"),
+    ("{{ {'k': workload.nope} }}", f"'workload.nope' is undefined {_WORKLOAD_HAS}"),
+    ("v={{ [1, workload.nope] }}", f"'workload.nope' is undefined {_WORKLOAD_HAS}"),
+    ("{{ [1] | map(attribute='x') | list }}", "'x' is undefined (the value is an int, not a mapping)"),
+    ("{{ iter.page.x }}", "'iter.page.x' is undefined (iter.page is an int, not a mapping)"),
+    ("{{ ctx.x }}", "'ctx.x' is undefined (ctx is empty)"),
 ])
 def test_undefined_final_value_names_the_full_dotted_name_and_path(source: str, name: str) -> None:
     error = error_of(source)
@@ -183,17 +193,41 @@ def test_using_an_undefined_value_is_an_error(source: str) -> None:
     assert "'workload.nope' is undefined" in error_of(source).message
 
 
+def test_undefined_names_keys_never_values() -> None:
+    context = {"keychain": {"db": {"password": "hunter2", "user": "app"}}, "workload": {"token": "s3cret"}}
+    message = error_of("{{ keychain.db.pasword }}", path="", context=context).message
+    assert message == "'keychain.db.pasword' is undefined (keychain.db has: password, user)"
+    message = error_of("{{ workload.tokn }}", path="", context=context).message
+    assert "hunter2" not in message and "s3cret" not in message and "token" in message
+
+
+def test_undefined_lists_at_most_thirty_names_and_cuts_long_ones() -> None:
+    wide = {f"k{i:02d}": i for i in range(45)} | {"x" * 60: 1}
+    message = error_of("{{ w.nope }}", path="", context={"w": wide}).message
+    assert message.startswith("'w.nope' is undefined (w has: k00, k01, ")
+    assert message.endswith("k29, ... (16 more))")
+    message = error_of("{{ w.nope }}", path="", context={"w": {"x" * 60: 1}}).message
+    assert message == f"'w.nope' is undefined (w has: {'x' * 40}...)"
+
+
+def test_method_hint_only_where_the_chain_broke() -> None:
+    assert "use `| items`" in error_of("{{ workload.a.items }}", path="").message
+    message = error_of("{{ ctx.foo.items }}", path="").message
+    assert message == "'ctx.foo.items' is undefined (ctx.foo is undefined; ctx is empty)"
+
+
 def test_error_path_includes_the_position_inside_rendered_containers() -> None:
     error = error_of({"params": {"page": "{{ iter.pge }}"}, "list": ["ok", "{{ iter.x }}"]},
                      path="workflow[2].tool[0]")
-    assert error.message == "'iter.pge' is undefined in workflow[2].tool[0].params.page"
+    assert error.message == ("'iter.pge' is undefined (iter has: endpoint, page) in "
+                             "workflow[2].tool[0].params.page")
     error = error_of({"list": ["ok", "{{ iter.x }}"]}, path="workflow[0].tool[1]")
     assert error.details["path"] == "workflow[0].tool[1].list[1]"
     assert error_of({"a": "{{ iter.x }}"}, path="").details["path"] == "a"
 
 
 def test_error_message_has_no_path_suffix_when_no_path_is_given() -> None:
-    assert error_of("{{ iter.x }}", path="").message == "'iter.x' is undefined"
+    assert error_of("{{ iter.x }}", path="").message == "'iter.x' is undefined (iter has: endpoint, page)"
 
 
 # --- the sandbox -----------------------------------------------------------------------------

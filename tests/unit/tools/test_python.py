@@ -2,12 +2,15 @@ import asyncio
 import time
 
 from noetl.worker.tools import get_tool
-from noetl.worker.tools.python import _compile
+from noetl.worker.tools.python import _compile, playbook_line
 from tests.unit.tools.helpers import make_ctx
 
 
-async def run(config, spec=None):
-    return await get_tool("python").run(config, make_ctx(spec=spec))
+async def run(config, spec=None, origin=None):
+    ctx = make_ctx(spec=spec)
+    if origin is not None:
+        ctx.extra["code_origin"] = origin
+    return await get_tool("python").run(config, ctx)
 
 
 async def test_main_called_with_args() -> None:
@@ -40,6 +43,62 @@ async def test_syntax_error_is_python_error() -> None:
     assert out["error"]["kind"] == "python_error"
     assert out["py"]["exception_type"] == "SyntaxError"
     assert out["py"]["line"] == 1
+    assert out["error"]["message"].endswith(
+        " (task 't' of step 'start', line 1 of the task's code: def main(:)")
+
+
+PLAYBOOK = """workflow:
+  - step: start
+    tool:
+      - name: t
+        kind: python
+        args: {row: {price: 3}}
+        code: |
+          def main(row):
+              price = row['price']
+              total = row['amount'] * price
+              return total
+"""
+CODE = "def main(row):\n    price = row['price']\n    total = row['amount'] * price\n    return total\n"
+
+
+async def test_error_message_names_task_step_line_and_the_code_line() -> None:
+    out = await run({"code": CODE, "args": {"row": {"price": 3}}}, origin=(PLAYBOOK, 4))
+    assert out["error"] == {
+        "kind": "python_error",
+        "message": "KeyError: 'amount' (task 't' of step 'start', line 3 of the task's code: "
+                   "total = row['amount'] * price)",
+        "retryable": False,
+        "line": 3,
+        "playbook_line": 10,
+    }
+    assert out["py"] == {"exception_type": "KeyError", "line": 3}   # unchanged
+
+
+async def test_error_without_origin_has_no_playbook_line_and_long_lines_are_cut() -> None:
+    code = "x = {'a': 1}\ny = x['b'] + " + " + ".join(["1"] * 100)
+    out = await run({"code": code})
+    message = out["error"]["message"]
+    assert message.startswith(
+        "KeyError: 'b' (task 't' of step 'start', line 2 of the task's code: y = x['b'] + 1")
+    assert message.endswith("...)") and len(message) < 260
+    assert "playbook_line" not in out["error"]
+
+
+def test_playbook_line_of_block_and_one_line_code() -> None:
+    assert playbook_line(PLAYBOOK, 4, CODE, 1) == 8
+    assert playbook_line(PLAYBOOK, 4, CODE, 4) == 11
+    one = "tool:\n  - name: t\n    kind: python\n    code: \"result = row['x']\"\n"
+    assert playbook_line(one, 2, "result = row['x']", 1) == 4
+
+
+def test_playbook_line_is_none_when_the_text_does_not_map_line_for_line() -> None:
+    folded = PLAYBOOK.replace("code: |", "code: >")
+    assert playbook_line(folded, 4, CODE, 3) is None               # the lines there are other text
+    escaped = "tool:\n  - name: t\n    code: \"a = 1\\nb = c\"\n"
+    assert playbook_line(escaped, 2, "a = 1\nb = c", 2) is None
+    assert playbook_line(PLAYBOOK, 4, CODE, 9) is None             # no such code line
+    assert playbook_line(PLAYBOOK, 4, "other = 1\n", 1) is None     # not this task's code
 
 
 async def test_system_exit_does_not_escape() -> None:
@@ -51,7 +110,7 @@ async def test_system_exit_does_not_escape() -> None:
 async def test_non_serializable_result_is_a_clear_error() -> None:
     out = await run({"code": "import datetime\ndef main():\n    return {'when': datetime.date(2020, 1, 1)}"})
     assert out["error"]["kind"] == "python_error"
-    assert "not JSON-serializable" in out["error"]["message"]
+    assert "python task 't' of step 'start': its result is not JSON-serializable" in out["error"]["message"]
     assert "date at result['when']" in out["error"]["message"]
 
 

@@ -6,8 +6,10 @@ Three departures from stock Jinja, each because a playbook is data written by us
   ``workload.items`` must read the workload's ``items`` field, not ``dict.items``.
 * Undefined values chain (``outcome.result.a.b | default(0)``) and remember the full dotted
   name they were reached by, so the error for a value that is finally used says
-  ``'iter.pge' is undefined`` rather than ``'dict object' has no attribute 'pge'``. The dotted
-  name is known at compile time, so the code generator passes it along with each lookup.
+  ``'iter.pge' is undefined (iter has: index, page)`` rather than ``'dict object' has no
+  attribute 'pge'``. The dotted name is known at compile time, so the code generator passes it
+  along with each lookup; what is there instead (the keys of the mapping the chain broke at, or
+  the names defined at the top) is named, never a value, as a context holds credentials.
 * Everything that could amplify a value or loop is bounded (``template_limits``), and nothing
   non-deterministic (``random``, ``lipsum``) is offered: the server's engine replays templates.
 """
@@ -30,7 +32,8 @@ from jinja2.utils import Cycler, Joiner, Namespace, pass_context
 
 from noetl.dsl import template_limits as lim
 
-_MAPPING_MISS = object()   # marks an undefined born from a missing mapping entry
+_NAMES_SHOWN = 30          # names an undefined message lists before it says how many more
+_NAME_CHARS = 40           # a key longer than this is cut in the list
 _DICT_METHOD_HINTS = {            # what to write instead of the dict method a user reached for
     "items": "use `| items` for the pairs",
     "keys": "use `| list` for the keys",
@@ -50,6 +53,52 @@ def _join(parent: str, suffix: str) -> str:
     return f"{parent}{suffix}" if parent else suffix.lstrip(".")
 
 
+def _article(word: str) -> str:
+    return f"an {word}" if word[:1].lower() in "aeiou" else f"a {word}"
+
+
+def _names(keys: Any) -> str:
+    """Names only, never values (a context holds credentials): sorted, public ones first."""
+    shown = sorted((k if isinstance(k, str) else repr(k) for k in keys),
+                   key=lambda k: (k.startswith("_"), k))
+    cut = [k if len(k) <= _NAME_CHARS else k[:_NAME_CHARS] + "..." for k in shown[:_NAMES_SHOWN]]
+    more = f", ... ({len(shown) - _NAMES_SHOWN} more)" if len(shown) > _NAMES_SHOWN else ""
+    return ", ".join(cut) + more
+
+
+class _Miss:
+    """Where a lookup chain first failed: the name it failed at and what was there instead.
+
+    Kept on the undefined value (a reference, not a copy) so the message, built only when the
+    value is finally used, can say what *is* defined at that point; a miss that is defaulted or
+    tested costs one small object.
+    """
+
+    __slots__ = ("found", "name", "parent", "top")
+
+    def __init__(self, name: str, parent: str, found: Any, *, top: bool = False) -> None:
+        self.name = name        # the dotted name the lookup failed at ('iter.num')
+        self.parent = parent    # the dotted name of what it was looked up in ('iter')
+        self.found = found      # that value (only its keys, type or length are ever shown)
+        self.top = top          # a top-level name: ``found`` is the render's context
+
+    def describe(self, full: str) -> str:
+        """What the message adds in parentheses: the names that are there instead."""
+        found = self.found
+        lead = "" if full == self.name else f"{self.name} is undefined; "
+        if self.top:
+            return f"{lead}defined here: {_names(found)}" if found else f"{lead}nothing is defined here"
+        where = self.parent or "the value"
+        if isinstance(found, Mapping):
+            if not found:
+                return f"{lead}{where} is empty"
+            return f"{lead}{where} has: {_names(found.keys())}"
+        kind = _article(type(found).__name__)
+        if isinstance(found, (list, tuple)) and self.name.endswith("]"):
+            return f"{lead}{where} is {kind} of {len(found)} items"
+        return f"{lead}{where} is {kind}, not a mapping"
+
+
 class NoetlUndefined(Undefined):
     """Chains through lookups, fails on use (print, iterate, call, arithmetic, order).
 
@@ -62,20 +111,23 @@ class NoetlUndefined(Undefined):
     def _chain(self, suffix: str) -> NoetlUndefined:
         if self._undefined_hint is not None:       # e.g. the sandbox's "access ... is unsafe"
             return self
-        return NoetlUndefined(name=_join(self._undefined_name or "", suffix),
+        # the first miss travels along: it is where the chain broke, and what to show
+        return NoetlUndefined(obj=self._undefined_obj, name=_join(self._undefined_name or "", suffix),
                               exc=self._undefined_exception)
 
     @property
     def _undefined_message(self) -> str:
         if self._undefined_hint:
             return self._undefined_hint
-        name = self._undefined_name
-        if self._undefined_obj is _MAPPING_MISS:
-            leaf = str(name).rsplit(".", 1)[-1]
-            if leaf in _DICT_METHOD_HINTS:
+        name = str(self._undefined_name)
+        miss = self._undefined_obj
+        if isinstance(miss, _Miss):
+            leaf = name.rsplit(".", 1)[-1]
+            if name == miss.name and isinstance(miss.found, Mapping) and leaf in _DICT_METHOD_HINTS:
                 return (f"{name!r} is undefined (on a mapping, .{leaf} reads the entry {leaf!r}, "
                         f"not the method: {_DICT_METHOD_HINTS[leaf]})")
-        if self._undefined_obj is missing or self._undefined_obj is _MAPPING_MISS:
+            return f"{name!r} is undefined ({miss.describe(name)})"
+        if miss is missing:
             return f"{name!r} is undefined"
         return super()._undefined_message
 
@@ -175,7 +227,10 @@ class RenderContext(Context):
             return self.vars[key]
         if key in self.parent:
             return self.parent[key]
-        return self.noetl_globals.get(key, missing)
+        found = self.noetl_globals.get(key, missing)
+        if found is missing:   # undefined, knowing the names that are defined (for its message)
+            return NoetlUndefined(obj=_Miss(key, "", self.parent, top=True), name=key)
+        return found
 
 
 _HELPERS = (Cycler, Joiner, Namespace, LoopContext, Macro, TemplateReference)
@@ -279,20 +334,22 @@ class NoetlSandbox(ImmutableSandboxedEnvironment):
             try:
                 return obj[attribute]
             except KeyError:
-                return NoetlUndefined(name=_join(parent, f".{attribute}"), obj=_MAPPING_MISS)
+                name = _join(parent, f".{attribute}")
+                return NoetlUndefined(name=name, obj=_Miss(name, parent, obj))
         if isinstance(obj, NoetlUndefined):
             return obj._chain(f".{attribute}")
-        return self._renamed(super().getattr(obj, attribute), parent, f".{attribute}")
+        return self._renamed(super().getattr(obj, attribute), obj, parent, f".{attribute}")
 
     def getitem_at(self, obj: Any, key: Any, parent: str) -> Any:
         if isinstance(obj, Mapping):
             try:
                 return obj[key]
             except (KeyError, TypeError):
-                return NoetlUndefined(name=_join(parent, _suffix(key)), obj=_MAPPING_MISS)
+                name = _join(parent, _suffix(key))
+                return NoetlUndefined(name=name, obj=_Miss(name, parent, obj))
         if isinstance(obj, NoetlUndefined):
             return obj._chain(_suffix(key))
-        return self._renamed(super().getitem(obj, key), parent, _suffix(key))
+        return self._renamed(super().getitem(obj, key), obj, parent, _suffix(key))
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         return self.getattr_at(obj, attribute, "")
@@ -301,9 +358,10 @@ class NoetlSandbox(ImmutableSandboxedEnvironment):
         return self.getitem_at(obj, argument, "")
 
     @staticmethod
-    def _renamed(value: Any, parent: str, suffix: str) -> Any:
+    def _renamed(value: Any, owner: Any, parent: str, suffix: str) -> Any:
         if isinstance(value, Undefined) and value._undefined_hint is None:
-            return NoetlUndefined(name=_join(parent, suffix))
+            name = _join(parent, suffix)
+            return NoetlUndefined(name=name, obj=_Miss(name, parent, owner))
         return value
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:

@@ -4,7 +4,8 @@ Exit codes (each command's page in docs/ repeats them):
 
     check    0 clean or warnings only (1 with --strict), 1 errors found, 2 a file is invalid
     migrate  0 the output is a valid v10 playbook, 1 it is written but still invalid, 2 unreadable input
-    graph    0 drawn, 1 the execution has no events, 2 the playbook is invalid
+    graph    0 drawn, 1 the execution has no events, 2 the playbook is invalid, is not the one the
+             execution ran, or (without FILE) its text is nowhere to be found
     test     0 every case passed, 1 a case failed, 2 the folder holds no case
     replay   0 no divergence, 1 divergence found, 2 no such execution or an invalid new playbook
 
@@ -140,9 +141,21 @@ def add_parsers(sub: argparse._SubParsersAction, nats_url_default: str) -> None:
     p.add_argument("-o", "--out", help="write the migrated playbook here (default: stdout)")
     p.set_defaults(fn=cmd_migrate)
 
-    p = sub.add_parser("graph", help="Mermaid flowchart of the playbook, optionally of one execution")
-    p.add_argument("file")
-    p.add_argument("--execution", help="colour arcs and annotate steps from this execution's events")
+    p = sub.add_parser(
+        "graph",
+        help="Mermaid flowchart of the playbook, optionally of one execution",
+        description="Draw FILE's net, or with --execution/--events one execution on it. FILE must be "
+        "the playbook the execution ran (compared by digest; exit 2 otherwise); without FILE the "
+        "execution's own playbook is drawn, as its events or the catalog recorded it.",
+    )
+    p.add_argument(
+        "file", nargs="?", help="the playbook; optional with --execution or --events (the one the run used)"
+    )
+    p.add_argument(
+        "--execution",
+        help="colour arcs and annotate steps from this execution's events (read from NATS); FILE, when "
+        "given, must be the playbook it ran",
+    )
     p.add_argument("--events", help="read the execution from a `noetl run --json` output file instead")
     p.add_argument(
         "--nats-url", default=nats_url_default, help="NATS URL, or a comma-separated list of a cluster's"

@@ -64,6 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from noetl.cli.embedded import run_embedded
     from noetl.cli.output import summary
     from noetl.dsl import validate_text
+    from noetl.dsl.errors import PlaybookInvalidError, TimeoutError_
 
     path = Path(args.file)
     try:
@@ -80,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 json.dumps(
                     {
                         "status": "invalid",
-                        "error": {"kind": "playbook_invalid", "problems": [p.to_dict() for p in problems]},
+                        "error": PlaybookInvalidError(problems).to_dict(),
                     }
                 )
             )
@@ -96,6 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     credentials_file=args.credentials,
                     catalog_dir=args.catalog,
                     timeout=args.timeout,
+                    ui=getattr(args, "ui", False),
                 )
             )
     except KeyboardInterrupt as e:
@@ -105,13 +107,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except TimeoutError:
         print(f"noetl: the execution did not finish within --timeout {args.timeout} s", file=sys.stderr)
         if args.json:
-            err = {"kind": "timeout", "message": f"no workflow.finished within {args.timeout} s"}
+            err = TimeoutError_(f"no workflow.finished within {args.timeout} s").to_dict()
             print(json.dumps({"status": "failed", "error": err}))
         return 1
     if args.json:
         print(json.dumps(out, default=str))
     else:
-        print(summary(out))
+        print(summary(out, str(path), text))
     return 0 if out["status"] == "success" else 1
 
 
@@ -124,7 +126,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     from noetl.cli.validate_cmd import cmd_schema as run
 
-    return run(args.out)
+    return run(args.out, kinds=args.kinds)
 
 
 async def _connect_service(url: str, name: str) -> Any:
@@ -274,6 +276,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
     out = got
     if args.json or not args.wait:
         print(json.dumps(out, default=str))
+    elif args.file:  # the text it sent: the error can name FILE:LINE
+        print(summary(out, args.file, Path(args.file).read_text(errors="replace")))
     else:
         print(summary(out))
     return 0 if not args.wait or out.get("status") == "success" else 1
@@ -337,6 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--catalog", help="directory of playbooks for kind: playbook")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
+    p.add_argument(
+        "--ui",
+        action="store_true",
+        help="serve the web console on 127.0.0.1 (URL on stderr) and keep it up after the run until Ctrl-C",
+    )
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("validate", help="check playbooks; exit 2 with every problem")
@@ -346,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("schema", help="print the playbook JSON Schema")
     p.add_argument("-o", "--out", help="write the schema here (default: stdout)")
+    p.add_argument(
+        "--kinds", action="store_true", help="print the task kinds' field reference (Markdown) instead"
+    )
     p.set_defaults(fn=cmd_schema)
 
     p = sub.add_parser("server", help="run the control plane")

@@ -27,6 +27,7 @@ import builtins
 import copy
 import ctypes
 import functools
+import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -125,14 +126,70 @@ async def _run_in_thread(fn: Callable[[], Any], timeout: float | None, name: str
     raise value
 
 
-def _python_error(exc: BaseException) -> dict[str, Any]:
+_SHOWN_CODE_CHARS = 160   # a code line longer than this is cut in the message
+_CODE_KEY = re.compile(r"^\s*(?:-\s+)?code\s*:\s*(.*?)\s*$")
+
+
+def playbook_line(playbook_text: str, task_line: int, code: str, line: int) -> int | None:
+    """The line of the playbook file that holds line ``line`` of a task's ``code``, or None.
+
+    Why: the user edits the playbook, not the code string, so ``file:line`` is what lets an
+    editor jump to the failing statement. The worker keeps no line map, so the task's ``code:``
+    key is looked up from the task's own line, and the answer is given only when the text there
+    is the code's own text (a ``|`` block or a one-line value); folded or escaped strings, whose
+    lines do not map one to one, give None rather than a wrong line.
+    """
+    lines = playbook_text.splitlines()
+    code_lines = code.splitlines()
+    if not 1 <= line <= len(code_lines) or task_line < 1:
+        return None
+    for i in range(task_line - 1, len(lines)):
+        match = _CODE_KEY.match(lines[i])
+        if match is None:
+            continue
+        value = match.group(1)
+        if value.startswith("|"):
+            at = i + line           # 0-based index of the failing line: the block starts below the key
+            if at < len(lines) and lines[at].strip() == code_lines[line - 1].strip():
+                return at + 1
+        elif len(code_lines) == 1 and code_lines[0].strip() and code_lines[0].strip() in value:
+            return i + 1            # `code: "..."` on the key's own line
+        return None
+    return None
+
+
+def _code_text(source: str, line: int | None) -> str | None:
+    lines = source.splitlines()
+    if line is None or not 1 <= line <= len(lines):
+        return None
+    text = lines[line - 1].strip()
+    return text if len(text) <= _SHOWN_CODE_CHARS else text[:_SHOWN_CODE_CHARS] + "..."
+
+
+def _python_error(exc: BaseException, source: str, ctx: ToolContext) -> dict[str, Any]:
+    """The outcome of a task whose code raised or did not compile.
+
+    The message says where, because the exception's own text rarely does: ``KeyError: 'amount'``
+    names neither the task nor the statement. Only the playbook's own code is quoted, never the
+    values the code was working on (they may be credentials).
+    """
     name = type(exc).__name__
-    text = str(exc)
+    text = exc.msg if isinstance(exc, SyntaxError) else str(exc)
     py: dict[str, Any] = {"exception_type": name}
     line = exc.lineno if isinstance(exc, SyntaxError) else _error_line(exc.__traceback__)
+    details: dict[str, Any] = {}
+    where = f"task '{ctx.task}' of step '{ctx.step}'"
     if line is not None:
-        py["line"] = line
-    return error(PythonError(f"{name}: {text}" if text else name, retryable=False), py=py)
+        py["line"] = details["line"] = line
+        code = _code_text(source, line)
+        where += f", line {line} of the task's code" + (f": {code}" if code else "")
+        origin = ctx.extra.get("code_origin")
+        if origin is not None:
+            at = playbook_line(origin[0], origin[1], source, line)
+            if at is not None:
+                details["playbook_line"] = at
+    head = f"{name}: {text}" if text else name
+    return error(PythonError(f"{head} ({where})", retryable=False, **details), py=py)
 
 
 class PythonTool:
@@ -148,7 +205,7 @@ class PythonTool:
         try:
             code = _compile(source)
         except SyntaxError as exc:
-            return _python_error(exc)
+            return _python_error(exc, source, ctx)
         _, read = timeout_seconds(ctx.spec)
         # a copy: the task may mutate its arguments, which can be the pipeline's own ctx values
         call_args = copy.deepcopy(dict(args))
@@ -161,13 +218,14 @@ class PythonTool:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            return _python_error(exc)
+            return _python_error(exc, source, ctx)
         try:
             return ok(strict_json(value))
         except NotJsonError as exc:
             return error(PythonError(
-                f"python task result is not JSON-serializable: {exc}; return None, bool, int, float, "
-                "str, lists and dicts with string keys (convert dates with .isoformat())",
+                f"python task '{ctx.task}' of step '{ctx.step}': its result is not JSON-serializable: "
+                f"{exc}; return None, bool, int, float, str, lists and dicts with string keys (convert "
+                "dates with .isoformat())",
                 retryable=False), py={"exception_type": "TypeError"})
 
 
