@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from noetl.events.bus import connect
-from noetl.events.natsserver import NatsServer
+from noetl.host.natsserver import NatsServer
 from noetl.events.streams import ensure_all
 
 BIN = Path(sys.executable).parent

@@ -10,7 +10,7 @@ from typing import Any
 
 from noetl.events import subjects as s
 from noetl.events.envelope import dumps, loads
-from noetl.server.client import run_and_wait
+from noetl.client.run import run_and_wait
 
 
 class FinishWatch:

@@ -22,7 +22,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType,
 from bench.config import Sizes
 from bench.record import Recorder, percentile
 from noetl.events.bus import connect
-from noetl.events.natsserver import NatsServer
+from noetl.host.natsserver import NatsServer
 
 NAME = "floor"
 ROOT = Path(__file__).resolve().parents[1]

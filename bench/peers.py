@@ -25,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from bench.config import Sizes
 from bench.record import Recorder
-from noetl.events.natsserver import free_port
+from noetl.host.natsserver import free_port
 
 NAME = "peers"
 HERE = Path(__file__).resolve().parent

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from noetl.events.natsserver import NatsServer
+from noetl.host.natsserver import NatsServer
 
 PG_DSN = os.environ.get("NOETL_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 

@@ -38,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from noetl.events.natsserver import nats_server_binary
+from noetl.host.natsserver import nats_server_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_NAME = "noetl-test"
@@ -718,7 +718,7 @@ async def read_events(js: Any, execution_id: str, timeout: float = 20.0) -> list
 async def output_of(js: Any, execution_id: str, timeout: float = 20.0) -> dict[str, Any]:
     """The ``--json`` output of an execution, rebuilt from its events (a result stored by
     reference is resolved)."""
-    from noetl.cli.output import execution_output
+    from noetl.client.view import execution_output
     from noetl.events.objects import is_reference, resolve
 
     out = execution_output(execution_id, await read_events(js, execution_id, timeout))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from noetl.events.bus import connect
-from noetl.events.natsserver import NatsServer
+from noetl.host.natsserver import NatsServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,9 +16,9 @@ import pytest
 from noetl.events import subjects as s
 from noetl.events.bus import connect
 from noetl.events.envelope import dumps, make_event
-from noetl.events.natsserver import NatsServer
+from noetl.host.natsserver import NatsServer
 from noetl.events.streams import ensure_all
-from noetl.server.client import run_and_wait
+from noetl.client.run import run_and_wait
 from noetl.server.service import Server
 from noetl.worker.service import Worker
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from noetl.cli.analysis_run import graph
 from noetl.cli.suite import run_suite
-from noetl.server.client import run_and_wait
+from noetl.client.run import run_and_wait
 from tests.service.test_replay import ROUTE
 
 
@@ -118,7 +118,7 @@ async def test_graph_refuses_a_file_that_is_not_the_executions_playbook(  # type
 async def test_graph_without_file_draws_the_catalog_playbook_the_execution_ran(  # type: ignore[no-untyped-def]
     nc, nats_server, services, tmp_path: Path, capsys
 ) -> None:
-    from noetl.events.catalog import Catalog
+    from noetl.store.catalog import Catalog
 
     catalog = await Catalog.open(nc.jetstream())
     text = ROUTE.replace("path: tests/route}", "path: tests/graph_catalog, version: '3'}")

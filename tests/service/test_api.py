@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from noetl.events.audit import AUDIT_STREAM, CREDENTIALS_AUDIT_SUBJECT
-from noetl.events.credentials import CredentialStore, generate_key
+from noetl.store.audit import AUDIT_STREAM, CREDENTIALS_AUDIT_SUBJECT
+from noetl.store.credentials import CredentialStore, generate_key
 from noetl.events.runtime import RuntimeRegistrar
 from noetl.server.api import ApiServer
 from noetl.server.api.launch import start_operations

@@ -9,7 +9,7 @@ import pytest
 from nats.js.errors import KeyNotFoundError
 
 from noetl.events import subjects as s
-from noetl.events.catalog import MAX_MESSAGE_BYTES, Catalog
+from noetl.store.catalog import MAX_MESSAGE_BYTES, Catalog
 from noetl.events.streams import ensure_all
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from noetl.events.natsserver import free_port
+from noetl.host.natsserver import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

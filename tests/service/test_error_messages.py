@@ -9,7 +9,7 @@ from typing import Any
 
 from noetl.cli.output import summary
 from noetl.server.api.queries import execution_status
-from noetl.server.client import run_and_wait
+from noetl.client.run import run_and_wait
 
 PY_FAILS = """
 apiVersion: noetl.io/v2

@@ -17,7 +17,7 @@ import pytest
 
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events, read_messages
-from noetl.server.client import run_and_wait
+from noetl.client.run import run_and_wait
 
 ROOT = Path(__file__).resolve().parents[2]
 

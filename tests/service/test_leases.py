@@ -10,8 +10,8 @@ from typing import Any
 
 from noetl.events import subjects as s
 from noetl.events.bus import connect, read_execution_events
-from noetl.events.natsserver import NatsServer
-from noetl.server.client import run_and_wait
+from noetl.host.natsserver import NatsServer
+from noetl.client.run import run_and_wait
 from noetl.server.leases import PartitionLeases
 from noetl.server.service import Server
 from noetl.worker.service import Worker

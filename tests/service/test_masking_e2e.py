@@ -8,8 +8,8 @@ import uuid
 from typing import Any
 
 from noetl.events.bus import read_execution_events
-from noetl.events.credentials import CredentialStore, generate_key
-from noetl.server.client import run_and_wait
+from noetl.store.credentials import CredentialStore, generate_key
+from noetl.client.run import run_and_wait
 from noetl.server.service import Server
 from noetl.worker.service import Worker
 

@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from noetl.events.bus import connect
-from noetl.events.natsserver import NatsServer
-from noetl.server.client import run_and_wait
+from noetl.host.natsserver import NatsServer
+from noetl.client.run import run_and_wait
 from noetl.server.service import Server
 from noetl.worker.service import Worker
 

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from noetl.events import subjects as s
-from noetl.events.catalog import Catalog
+from noetl.store.catalog import Catalog
 from noetl.events.ids import execution_id_for
-from noetl.server.client import run_and_wait, wait_finished
+from noetl.client.run import run_and_wait, wait_finished
 from noetl.server.service import Server
 from noetl.worker.service import Worker
 
@@ -210,7 +210,7 @@ async def test_object_get_returns_a_referenced_result(nc, services) -> None:  # 
 
 
 async def test_object_get_returns_a_large_playbook_text(nc, services) -> None:  # type: ignore[no-untyped-def]
-    from noetl.events.catalog import Catalog
+    from noetl.store.catalog import Catalog
     from tests.service.test_catalog import playbook
 
     text = playbook(f"tests/recipe-{uuid.uuid4().hex[:8]}", 14_000)

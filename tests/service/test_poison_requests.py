@@ -11,7 +11,7 @@ import pytest
 
 from noetl.events import subjects as s
 from noetl.events.ids import execution_id_for
-from noetl.server.client import run_and_wait
+from noetl.client.run import run_and_wait
 
 OK = """
 apiVersion: noetl.io/v2
@@ -116,7 +116,7 @@ async def test_a_decision_jetstream_can_never_store_ends_its_execution_not_the_p
     """A command over the NATS server's max_payload (128 KiB here): before, the server retried
     publishing it forever and every later execution of the partition waited behind it."""
     from noetl.events.bus import connect
-    from noetl.events.natsserver import NatsServer
+    from noetl.host.natsserver import NatsServer
     from noetl.server.service import Server
     from noetl.worker.service import Worker
 

@@ -10,7 +10,7 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from noetl.events.bus import connect
-from noetl.events.natsserver import NatsServer
+from noetl.host.natsserver import NatsServer
 from noetl.events.puller import Puller, PullError
 
 

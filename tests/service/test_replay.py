@@ -13,7 +13,7 @@ import pytest
 from noetl.cli.analysis_run import replay
 from noetl.cli.replay_diff import render, replay_diff
 from noetl.events.bus import read_execution_events
-from noetl.server.client import run_and_wait
+from noetl.client.run import run_and_wait
 
 ROUTE = """
 apiVersion: noetl.io/v2

@@ -101,7 +101,7 @@ def test_peer_goals_read_what_peers_records() -> None:
 
 def test_prefect_database_falls_back_to_sqlite_without_postgres() -> None:
     from bench import peers
-    from noetl.events.natsserver import free_port
+    from noetl.host.natsserver import free_port
 
     with peers.prefect_database(f"postgresql://postgres@127.0.0.1:{free_port()}/none") as (url, backend):
         assert url is None and backend.startswith("SQLite (no PostgreSQL")

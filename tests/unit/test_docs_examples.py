@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from noetl.dsl import validate_text
-from noetl.events.credentials import load_credentials_file
+from noetl.store.credentials import load_credentials_file
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

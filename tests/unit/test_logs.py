@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from noetl.events import logs
+from noetl.host import logs
 
 
 def test_json_lines_carry_context_and_mask_secrets(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from noetl.events.natsserver import NatsServer
+from noetl.host.natsserver import NatsServer
 
 
 @pytest.fixture

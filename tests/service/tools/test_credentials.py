@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from noetl.dsl.errors import KeychainUnresolvedError
-from noetl.events.credentials import BUCKET, KEY_ENV, KEY_FILE_ENV, CredentialStore, generate_key
+from noetl.store.credentials import BUCKET, KEY_ENV, KEY_FILE_ENV, CredentialStore, generate_key
 
 
 @pytest.fixture

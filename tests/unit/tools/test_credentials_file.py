@@ -1,6 +1,6 @@
 import pytest
 
-from noetl.events.credentials import generate_key, load_credentials_file
+from noetl.store.credentials import generate_key, load_credentials_file
 
 
 def test_conformance_format(tmp_path) -> None:

@@ -26,7 +26,7 @@ def _valid_text(file: str) -> str | None:
 async def read_events(nats_url: str, execution_id: str) -> list[dict[str, Any]]:
     """The execution's log as the engine folds it (the request with its playbook's text)."""
     from noetl.events.bus import connect, read_execution_events
-    from noetl.events.catalog import Catalog
+    from noetl.store.catalog import Catalog
 
     nc = await connect(nats_url, name="noetl-analysis", max_reconnect_attempts=1)
     try:
@@ -49,7 +49,7 @@ async def _execution_playbook(nats_url: str, execution_id: str) -> tuple[list[di
     entry still has the recorded digest. None when none of them has it."""
     from noetl.dsl.cache import digest_of
     from noetl.events.bus import connect, read_execution_events
-    from noetl.events.catalog import Catalog
+    from noetl.store.catalog import Catalog
 
     nc = await connect(nats_url, name="noetl-analysis", max_reconnect_attempts=1)
     try:

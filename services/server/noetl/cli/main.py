@@ -32,7 +32,7 @@ def _payload(text: str | None) -> dict[str, Any]:
 
 def _setup_logging(verbose: bool, command: str = "") -> None:
     """Long-running services log at INFO; one-shot commands only warn (their output is the result)."""
-    from noetl.events.logs import configure
+    from noetl.host.logs import configure
 
     default = "DEBUG" if verbose else ("INFO" if command in ("server", "worker") else "WARNING")
     configure(os.environ.get("NOETL_LOG_LEVEL", default))
@@ -238,10 +238,7 @@ async def _exec(args: argparse.Namespace) -> dict[str, Any]:
     import uuid
 
     from noetl.cli.session import cli_connect
-    from noetl.events.envelope import dumps
-    from noetl.events.ids import execution_id_for
-    from noetl.events.subjects import REQUEST_SUBJECT
-    from noetl.server.client import run_and_wait
+    from noetl.client.run import run_and_wait, submit
 
     req: dict[str, Any] = {
         "request_id": args.request_id or uuid.uuid4().hex,
@@ -257,8 +254,7 @@ async def _exec(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if args.wait:
             return await run_and_wait(nc, req, timeout=args.timeout)
-        await nc.jetstream().publish(REQUEST_SUBJECT, dumps(req), headers={"Nats-Msg-Id": req["request_id"]})
-        return {"execution_id": execution_id_for(req["request_id"])}
+        return {"execution_id": await submit(nc.jetstream(), req)}
     finally:
         await nc.close()
 
@@ -285,8 +281,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 async def _catalog(args: argparse.Namespace) -> int:
     from noetl.cli.session import cli_connect
-    from noetl.events.catalog import Catalog
     from noetl.events.streams import ensure_all
+    from noetl.store.catalog import Catalog
 
     nc = await cli_connect(args.nats_url, "noetl-catalog")
     try:

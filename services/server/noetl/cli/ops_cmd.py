@@ -109,7 +109,7 @@ async def _executions(nc: Any, args: argparse.Namespace) -> int:
 
 
 async def _cancel(nc: Any, args: argparse.Namespace) -> int:
-    from noetl.server.api.queries import request_cancel
+    from noetl.client.run import cancel as request_cancel
 
     _check_id(args.execution_id)
     out = await request_cancel(nc.jetstream(), args.execution_id, args.reason)
@@ -158,7 +158,7 @@ def _credential_data(args: argparse.Namespace) -> dict[str, Any]:
 
 async def _credentials(nc: Any, args: argparse.Namespace) -> int:
     from noetl.dsl.errors import KeychainUnresolvedError
-    from noetl.events.credentials import CredentialStore
+    from noetl.store.credentials import CredentialStore
 
     store = await CredentialStore.open(nc.jetstream(), None)
     try:

@@ -1,4 +1,4 @@
-"""The ``--json`` result of an execution, built from its events alone (SEMANTICS §15)."""
+"""What the terminal shows of an execution: its summary and where a failure points in the file."""
 
 from __future__ import annotations
 
@@ -6,41 +6,9 @@ import json
 import re
 from typing import Any
 
-_STEP_STATUS = {"step.done": "done", "loop.done": "done", "step.failed": "failed"}
+from noetl.client.view import execution_output
 
-
-def execution_output(execution_id: str, events: list[dict[str, Any]]) -> dict[str, Any]:
-    runs: dict[str, dict[str, Any]] = {}
-    steps: dict[str, list[dict[str, Any]]] = {}
-    finished: dict[str, Any] = {}
-    for ev in events:
-        name, rid = ev.get("name"), ev.get("step_run_id")
-        if name in ("step.scheduled", "step.skipped") and rid and rid not in runs:
-            run = {"status": "skipped" if name == "step.skipped" else "running", "result": None}
-            runs[rid] = run
-            steps.setdefault(ev["entity_id"], []).append(run)
-        elif name in _STEP_STATUS and rid:
-            run = runs.get(rid)
-            if run is None:  # a step failed before it was scheduled (admission template error)
-                run = runs[rid] = {"status": "running", "result": None}
-                steps.setdefault(ev["entity_id"], []).append(run)
-            if run["status"] == "running":
-                run["status"] = _STEP_STATUS[name]
-                run["result"] = (ev.get("payload") or {}).get("result")
-                if name == "step.failed":
-                    run["error"] = (ev.get("payload") or {}).get("error")
-        elif name == "workflow.finished":
-            finished = ev.get("payload") or {}
-    return {
-        "execution_id": execution_id,
-        "status": finished.get("status", "running"),
-        "result": finished.get("result"),
-        "ctx": finished.get("ctx") or {},
-        "error": finished.get("error"),
-        "steps": steps,
-        "events": events,
-    }
-
+__all__ = ["error_line", "execution_output", "summary"]
 
 _PATH_SEGMENT = re.compile(r'\.?([\w-]+)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]')
 

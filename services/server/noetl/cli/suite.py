@@ -60,8 +60,8 @@ class _Env:
 
     async def __aenter__(self) -> _Env:
         from noetl.events.bus import connect
-        from noetl.events.natsserver import NatsServer
         from noetl.events.streams import ensure_all
+        from noetl.host.natsserver import NatsServer
 
         self.ns = NatsServer().start()
         self.nc = await connect(self.ns.url, name="noetl-test")
@@ -71,9 +71,9 @@ class _Env:
 
     async def start(self, credentials: str | None, catalog: str | None) -> None:
         from noetl.cli.embedded import register_catalog_dir
-        from noetl.events.catalog import Catalog
-        from noetl.events.credentials import CredentialStore, generate_key, load_credentials_file
         from noetl.server.service import Server
+        from noetl.store.catalog import Catalog
+        from noetl.store.credentials import CredentialStore, generate_key, load_credentials_file
         from noetl.worker.service import Worker
 
         js = self.nc.jetstream()
@@ -90,7 +90,7 @@ class _Env:
         self.services.append(lambda: self.worker.stop(drain=False))
 
     async def run(self, text: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
-        from noetl.server.client import run_and_wait
+        from noetl.client.run import run_and_wait
 
         request = {"request_id": uuid.uuid4().hex, "playbook": text, "payload": payload}
         return await run_and_wait(self.nc, request, timeout=timeout)

@@ -24,11 +24,11 @@ from noetl.dsl.errors import (
 from noetl.dsl.names import execution_id_problem, request_id_problem
 from noetl.events import subjects as s
 from noetl.events.bus import publish_all
-from noetl.events.catalog import MAX_MESSAGE_BYTES, Catalog
 from noetl.events.clock import utc_now
-from noetl.events.credentials import scope_allows
 from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.ids import derive_id, execution_id_for
+from noetl.store.catalog import MAX_MESSAGE_BYTES, Catalog
+from noetl.store.credentials import scope_allows
 
 log = logging.getLogger("noetl.server")
 

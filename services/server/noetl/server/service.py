@@ -31,7 +31,6 @@ from noetl.engine import ExecutionState, decide, is_input, new_state
 from noetl.engine.fold import replay
 from noetl.events import subjects as s
 from noetl.events.bus import read_messages
-from noetl.events.catalog import Catalog
 from noetl.events.clock import utc_now
 from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.ids import derive_id
@@ -44,6 +43,7 @@ from noetl.events.streams import ensure_all, ensure_consumer, replicated
 from noetl.server.lanes import SLOW_DECISION_S, SlowLanes
 from noetl.server.leases import PartitionLeases
 from noetl.server.requests import RequestHandler
+from noetl.store.catalog import Catalog
 
 log = logging.getLogger("noetl.server")
 
@@ -105,7 +105,7 @@ class Server:
     async def start(self) -> None:
         await ensure_all(self.js, self.replicas)
         if self.credentials is None:
-            from noetl.events.credentials import CredentialStore
+            from noetl.store.credentials import CredentialStore
 
             self.credentials = await retrying(
                 lambda: CredentialStore.open(self.js, None), "opening credentials"

@@ -27,7 +27,7 @@ from noetl.dsl.model import Playbook, Step, Task
 from noetl.dsl.policy import apply_patch, evaluate_task_policy
 from noetl.dsl.specmerge import deep_merge, effective_step_spec, effective_task_spec, scoped
 from noetl.dsl.templates import TemplateEngine
-from noetl.events import logs
+from noetl.host import logs
 from noetl.worker.tools.base import Clock, ToolContext, get_tool
 from noetl.worker.tools.workbook import resolve_workbook
 

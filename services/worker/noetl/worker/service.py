@@ -37,10 +37,7 @@ from noetl.dsl.errors import (
 from noetl.dsl.model import Playbook
 from noetl.dsl.names import pool_problem
 from noetl.dsl.specmerge import effective_step_spec
-from noetl.events import logs
 from noetl.events import subjects as s
-from noetl.events.audit import ensure_audit_stream, record_credential_access
-from noetl.events.catalog import Catalog
 from noetl.events.clock import utc_now
 from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.histogram import Histogram
@@ -50,6 +47,9 @@ from noetl.events.outbox import Outbox
 from noetl.events.puller import Puller, ack_stored, delivered
 from noetl.events.retry import is_transient, retrying
 from noetl.events.streams import ensure_all, ensure_consumer, replicated
+from noetl.host import logs
+from noetl.store.audit import ensure_audit_stream, record_credential_access
+from noetl.store.catalog import Catalog
 from noetl.worker.pipeline import Pipeline, RunResult, Snapshot
 from noetl.worker.results import externalize
 
@@ -106,7 +106,7 @@ class Worker:
     async def start(self) -> None:
         await ensure_all(self.js, self.replicas)  # waits out a cluster still electing its leaders
         if self.credentials is None:
-            from noetl.events.credentials import CredentialStore
+            from noetl.store.credentials import CredentialStore
 
             self.credentials = await retrying(
                 lambda: CredentialStore.open(self.js, None), "opening credentials"

@@ -23,8 +23,8 @@ from noetl.server.api.metrics import Metrics
 class ApiContext:
     nc: NATS
     requests: Any  # noetl.server.requests.RequestHandler
-    catalog: Any  # noetl.events.catalog.Catalog
-    credentials: Any  # noetl.events.credentials.CredentialStore
+    catalog: Any  # noetl.store.catalog.Catalog
+    credentials: Any  # noetl.store.credentials.CredentialStore
     token: str | None = None
     admin_token: str | None = None
     metrics: Metrics = field(default_factory=Metrics)

@@ -15,9 +15,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from noetl.dsl.errors import ForbiddenError, KeychainUnresolvedError, NoSuchEntityError, RequestInvalidError
-from noetl.events.audit import record_credential_access
-from noetl.events.credentials import check_name, check_scope
 from noetl.server.api.context import auth_of, body_error, ctx_of, error, json_body
+from noetl.store.audit import record_credential_access
+from noetl.store.credentials import check_name, check_scope
 
 
 async def _audit(request: Request, action: str, name: str, outcome: str, kind: str | None = None) -> None:

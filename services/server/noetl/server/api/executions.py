@@ -17,13 +17,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from noetl.client.run import cancel as request_cancel
 from noetl.dsl.errors import NoSuchEntityError, RequestInvalidError
 from noetl.server.api.context import body_error, ctx_of, error, json_body, read_body
 from noetl.server.api.follow import follow_events
 from noetl.server.api.queries import (
     execution_status,
     list_executions,
-    request_cancel,
     request_status_code,
     valid_execution_id,
 )

@@ -20,9 +20,10 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
+from noetl.client.run import cancel as request_cancel
 from noetl.dsl.errors import NoSuchEntityError, RequestInvalidError, reply_error
 from noetl.events.runtime import package_version
-from noetl.server.api.queries import execution_status, request_cancel, request_status_code, valid_execution_id
+from noetl.server.api.queries import execution_status, request_status_code, valid_execution_id
 
 log = logging.getLogger("noetl.server.api")
 

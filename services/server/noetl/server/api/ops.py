@@ -18,10 +18,10 @@ from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
 
 from noetl.events import subjects as s
-from noetl.events.audit import AUDIT_STREAM
 from noetl.events.histogram import Histogram
 from noetl.events.runtime import list_runtime
 from noetl.server.api.context import ctx_of
+from noetl.store.audit import AUDIT_STREAM
 
 STREAMS = (s.EVENTS_STREAM, s.COMMANDS_STREAM, s.REQUESTS_STREAM, AUDIT_STREAM)
 PROBE_TIMEOUT = 2.0

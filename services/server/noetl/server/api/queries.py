@@ -12,13 +12,11 @@ import re
 from typing import Any
 
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
 
-from noetl.cli.output import execution_output
+from noetl.client.view import execution_output
 from noetl.dsl.errors import brief
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events, read_messages
-from noetl.events.envelope import dumps
 
 REQUESTED_FILTER = "noetl.events.*.*.playbook.execution.requested"
 FINISHED_FILTER = "noetl.events.*.*.workflow.finished"
@@ -40,6 +38,7 @@ def _summary_of(requested: dict[str, Any] | None, finished: dict[str, Any] | Non
         "execution_id": any_ev.get("execution_id"),
         "path": req.get("path"),
         "version": req.get("version"),
+        "playbook": (requested or {}).get("entity_id"),  # the path, or an inline playbook's name
         "status": fin.get("status", "running") if finished else "running",
         "requested_at": (requested or {}).get("timestamp"),
         "finished_at": (finished or {}).get("timestamp"),
@@ -109,23 +108,6 @@ async def execution_status(js: JetStreamContext, execution_id: str) -> dict[str,
         out[key] = summary[key]
     out["events"] = len(events)
     return out
-
-
-async def request_cancel(
-    js: JetStreamContext, execution_id: str, reason: str | None = None
-) -> dict[str, Any] | None:
-    """Publish the cancel request; one id per execution, so repeated cancels are one request.
-    None, and nothing published, for an execution that was never requested: a cancel must not
-    make a phantom execution appear."""
-    try:
-        await js.get_last_msg(
-            s.EVENTS_STREAM, s.execution_event_filter(execution_id, "playbook.execution.requested")
-        )
-    except NotFoundError:
-        return None
-    body = {"execution_id": execution_id, "reason": reason or "cancelled by request"}
-    await js.publish(s.CANCEL_SUBJECT, dumps(body), headers={"Nats-Msg-Id": f"cancel-{execution_id}"})
-    return {"execution_id": execution_id, "cancel": "requested"}
 
 
 def request_status_code(reply: dict[str, Any]) -> int:

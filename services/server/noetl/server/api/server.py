@@ -21,11 +21,11 @@ import uvicorn
 from nats.aio.client import Client as NATS
 
 from noetl.dsl.errors import DeploymentError
-from noetl.events.audit import ensure_audit_stream
 from noetl.events.retry import retrying
 from noetl.server.api.app import build_app
 from noetl.server.api.collector import MetricsCollector
 from noetl.server.api.context import ApiContext
+from noetl.store.audit import ensure_audit_stream
 
 log = logging.getLogger("noetl.server.api")
 

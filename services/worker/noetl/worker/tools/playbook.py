@@ -11,9 +11,10 @@ from typing import Any
 
 import nats.errors
 
+from noetl.client.run import cancel, finished_event, submit
 from noetl.dsl.errors import ChildExecutionError, TimeoutError_, ToolError
 from noetl.events import subjects as s
-from noetl.events.envelope import dumps, loads
+from noetl.events.envelope import loads
 from noetl.events.ids import derive_id, execution_id_for
 from noetl.worker.tools.base import ToolContext, error, ok, register, timeout_seconds
 
@@ -45,22 +46,15 @@ class PlaybookTool:
             }
             if config.get("version") is not None:
                 req["version"] = str(config["version"])
-            await js.publish(s.REQUEST_SUBJECT, dumps(req), headers={"Nats-Msg-Id": request_id})
-            from noetl.events.bus import read_messages
-
-            done = await read_messages(js, s.EVENTS_STREAM, [finished])
-            if done:
-                event = done[-1][1]
-            else:
+            await submit(js, req)
+            event = await finished_event(js, child_id)
+            if event is None:
                 _, read = timeout_seconds(ctx.spec)
                 limit = read if read and ctx.spec.get("timeout") is not None else 10**9
                 try:
                     msg = await sub.next_msg(timeout=limit)
                 except nats.errors.TimeoutError:
-                    cancel = {"execution_id": child_id, "reason": f"parent task {ctx.task} timed out"}
-                    await js.publish(
-                        s.CANCEL_SUBJECT, dumps(cancel), headers={"Nats-Msg-Id": f"cancel-{child_id}"}
-                    )
+                    await cancel(js, child_id, f"parent task {ctx.task} timed out")
                     return error(
                         TimeoutError_(
                             f"child execution {child_id} of {path!r} did not finish within {limit} s "

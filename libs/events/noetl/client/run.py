@@ -1,4 +1,7 @@
-"""Client side of an execution: publish a request and wait for its ``workflow.finished``.
+"""Client side of an execution: ``submit`` a request, ``wait`` for its end, ``cancel`` it, or
+``run_and_wait`` for all of it. The CLI, the HTTP and NATS APIs and the ``playbook`` tool use these
+and nothing else, so requests carry one id discipline (``Nats-Msg-Id`` = request id, one cancel id
+per execution) and every caller follows an execution the same way.
 
 The subscription to the finish subject is made before the request is published, so the end of a
 fast execution cannot be missed; the stream is read afterwards to rebuild the whole output.
@@ -10,12 +13,42 @@ import asyncio
 from typing import Any
 
 from nats.aio.client import Client as NATS
+from nats.js.errors import NotFoundError
 
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events, read_messages
 from noetl.events.envelope import dumps
 from noetl.events.ids import execution_id_for
 from noetl.events.objects import is_reference, resolve
+
+
+async def submit(js: Any, request: dict[str, Any]) -> str:
+    """Publish an execution request; the same ``request_id`` twice is one execution. Returns the
+    execution id, derived from the request id unless the request names one."""
+    await js.publish(s.REQUEST_SUBJECT, dumps(request), headers={"Nats-Msg-Id": request["request_id"]})
+    return str(request.get("execution_id") or execution_id_for(request["request_id"]))
+
+
+async def cancel(js: Any, execution_id: str, reason: str | None = None) -> dict[str, Any] | None:
+    """Publish the cancel request; one id per execution, so repeated cancels are one request.
+    None, and nothing published, for an execution that was never requested: a cancel must not
+    make a phantom execution appear."""
+    try:
+        await js.get_last_msg(
+            s.EVENTS_STREAM, s.execution_event_filter(execution_id, "playbook.execution.requested")
+        )
+    except NotFoundError:
+        return None
+    body = {"execution_id": execution_id, "reason": reason or "cancelled by request"}
+    await js.publish(s.CANCEL_SUBJECT, dumps(body), headers={"Nats-Msg-Id": f"cancel-{execution_id}"})
+    return {"execution_id": execution_id, "cancel": "requested"}
+
+
+async def finished_event(js: Any, execution_id: str) -> dict[str, Any] | None:
+    """The execution's ``workflow.finished``, if it has one yet."""
+    subject = s.execution_event_filter(execution_id, "workflow.finished")
+    done = await read_messages(js, s.EVENTS_STREAM, [subject])
+    return done[-1][1] if done else None
 
 
 async def wait_finished(
@@ -51,12 +84,12 @@ async def complete_log(js: Any, execution_id: str, patience: float = 5.0) -> lis
 
 
 async def run_and_wait(nc: NATS, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-    from noetl.cli.output import execution_output
+    from noetl.client.view import execution_output
 
     js = nc.jetstream()
     execution_id = request.get("execution_id") or execution_id_for(request["request_id"])
     sub = await nc.subscribe(s.execution_event_filter(execution_id, "playbook.processed"))
-    await js.publish(s.REQUEST_SUBJECT, dumps(request), headers={"Nats-Msg-Id": request["request_id"]})
+    await submit(js, request)
     await wait_finished(nc, execution_id, timeout, already_subscribed=sub)
     await asyncio.sleep(0)
     out = execution_output(execution_id, await complete_log(js, execution_id))
