@@ -27,6 +27,7 @@ from nats.aio.msg import Msg
 
 from noetl.events.envelope import dumps
 from noetl.events.retry import describe, retrying
+from noetl.events.subjects import consumer_next_subject
 
 log = logging.getLogger("noetl.puller")
 
@@ -54,7 +55,7 @@ class Puller:
         if heartbeat * 2 >= expires:
             raise ValueError(f"heartbeat {heartbeat} s must be less than half of expires {expires} s")
         self.nc = nc
-        self.subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+        self.subject = consumer_next_subject(stream, consumer)
         self.inbox = nc.new_inbox()
         self.batch, self.expires, self.heartbeat = batch, expires, heartbeat
         self._pending_bytes_limit = pending_bytes_limit

@@ -62,6 +62,26 @@ def kv_subject(bucket: str, key: str) -> str:
     return f"$KV.{bucket}.{key}"
 
 
+def consumer_delete_subject(stream: str, consumer: str) -> str:
+    """JetStream's API to delete a consumer, for deletes nobody needs to wait for."""
+    return f"$JS.API.CONSUMER.DELETE.{stream}.{consumer}"
+
+
+def stream_purge_subject(stream: str) -> str:
+    """JetStream's API to purge a stream (the body may carry a ``filter``)."""
+    return f"$JS.API.STREAM.PURGE.{stream}"
+
+
+def consumer_next_subject(stream: str, consumer: str) -> str:
+    """JetStream's API a pull consumer is fetched from."""
+    return f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+
+
+def partition_reader_name(partition: int, member: str = "", n: int = 0) -> str:
+    """A server's reader of a partition's inputs; without member, the durable of old versions."""
+    return f"noetl-server-p{partition}" + (f"-{member}-{n}" if member else "")
+
+
 def event_subject(partition: int, execution_id: str, name: str) -> str:
     return f"noetl.events.{partition}.{execution_id}.{name}"
 

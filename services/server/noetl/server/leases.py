@@ -215,11 +215,11 @@ class PartitionLeases:
         """Live member ids: keys present in the bucket (the TTL drops the dead), deleted ones out."""
         assert self._kv is not None
         info = await self.js.stream_info(
-            f"KV_{s.LEASES_BUCKET}", subjects_filter=f"$KV.{s.LEASES_BUCKET}.member.>"
+            f"KV_{s.LEASES_BUCKET}", subjects_filter=s.kv_subject(s.LEASES_BUCKET, "member.>")
         )
         if info.config.max_age:  # another replica may have changed it: never trust more than it keeps
             self.ttl = min(self.configured_ttl, info.config.max_age)
-        prefix = f"$KV.{s.LEASES_BUCKET}.member."
+        prefix = s.kv_subject(s.LEASES_BUCKET, "member.")
         out = []
         for subject in sorted((info.state.subjects or {}) if info.state else {}):
             member = subject[len(prefix) :]

@@ -116,7 +116,8 @@ class Server:
         self.requests = RequestHandler(self.js, self.catalog, self.credentials, self.partitions)
         for p in range(self.partitions):  # readers of versions before the leases: durable, now unused
             with contextlib.suppress(Exception):
-                await self.nc.publish(f"$JS.API.CONSUMER.DELETE.{s.EVENTS_STREAM}.noetl-server-p{p}", b"")
+                old = s.partition_reader_name(p)
+                await self.nc.publish(s.consumer_delete_subject(s.EVENTS_STREAM, old), b"")
         self._tasks.append(asyncio.create_task(self._request_loop(), name="noetl-requests"))
         if self._static is not None or self._all:
             for p in self._static if self._static is not None else range(self.partitions):
@@ -299,7 +300,7 @@ class Server:
     async def _read_from(self, partition: int, start: int) -> int:
         """Read from stream sequence ``start`` until the consumer breaks; returns where to go on."""
         self._readers += 1
-        name = f"noetl-server-p{partition}-{self.member}-{self._readers}"
+        name = s.partition_reader_name(partition, self.member, self._readers)
         cfg = ConsumerConfig(
             name=name,
             ack_policy=AckPolicy.NONE,
@@ -347,7 +348,7 @@ class Server:
         finally:
             await puller.stop()
             with contextlib.suppress(Exception):
-                await self.nc.publish(f"$JS.API.CONSUMER.DELETE.{s.EVENTS_STREAM}.{name}", b"")
+                await self.nc.publish(s.consumer_delete_subject(s.EVENTS_STREAM, name), b"")
 
     async def _process_batch(self, partition: int, batch: list[Any]) -> None:
         # outputs by execution: stored together, or one execution at a time for the rare batch
@@ -546,7 +547,7 @@ class Server:
         for execution_id, run_id in loops:
             req = dumps({"filter": s.iter_snapshots_filter(execution_id, run_id)})
             with contextlib.suppress(Exception):
-                fut = await pub.publish(f"$JS.API.STREAM.PURGE.{s.ITER_STREAM}", req)
+                fut = await pub.publish(s.stream_purge_subject(s.ITER_STREAM), req)
                 fut.add_done_callback(ignore_result)
 
     async def _until_stored(self, attempt: Any) -> None:
