@@ -219,7 +219,7 @@ def test_sink_and_end_and_loop_mode() -> None:
         "name": "sink",
         "kind": "duckdb",
         "query": "select 1",
-        "args": {"row": "{{ _prev }}"},
+        "params": {"row": "{{ _prev }}"},  # a duckdb statement reads a mapping as `$row`
     }
     assert "next" not in step and any("`end`" in n for n in notes)
 

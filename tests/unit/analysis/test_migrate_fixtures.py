@@ -1,5 +1,6 @@
-"""Every example of the older drafts migrates into a valid v10 playbook, and migrating the output
-again changes nothing."""
+"""Every example of the older drafts migrates into a v10 playbook, valid unless the draft leaves out
+a field its kind needs (which validation then names), and migrating the output again changes
+nothing."""
 
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ LEGACY_CASES = [
 
 # what each example keeps that v10 has no form for (counted, so a regression shows)
 UNTRANSLATED = {
-    "001_s11_quantum.yaml": 1,  # a postgres sink with a table and no statement
     "004_canonical_shape.yaml": 2,  # two `then: ...` placeholders
     "004_case_shape.yaml": 4,  # `loop: ...`, `tool: ...`, two `then: ...`
     "004_loop_example.yaml": 1,
@@ -35,6 +35,12 @@ UNTRANSLATED = {
     "004_s1_1_step_shape_case.yaml": 5,  # collect, call, collect, result, and `pages` they made
     "004_s1_3_paginated_http.yaml": 5,
     "004_s2_3_loop_args_transition.yaml": 1,  # the iterator in an arc's args (004 itself says no)
+}
+
+# fields a kind needs that the draft does not give: the migrated playbook is valid but for them
+INCOMPLETE = {
+    "001_s8_vars_fetch_user.yaml": ["workflow[1].tool[0].auth"],  # a postgres task without credentials
+    "004_mixed_layers.yaml": ["workflow[1].tool[0].url"],  # `url: ...` is a placeholder
 }
 
 
@@ -52,8 +58,10 @@ def quantum_kind() -> Iterator[None]:
 def test_example_migrates_to_a_valid_playbook(fixture: Path, quantum_kind: None) -> None:
     result = migrate_text(fixture.read_text(), fixture.name)
     assert result.text is not None
-    assert result.problems == [], [str(p) for p in result.problems]
-    assert validate_text(result.text, fixture.name) == []
+    assert [p.path for p in result.problems] == INCOMPLETE.get(fixture.name, []), [
+        str(p) for p in result.problems
+    ]
+    assert validate_text(result.text, fixture.name) == result.problems
     assert len(result.untranslated) == UNTRANSLATED.get(fixture.name, 0), [
         str(n) for n in result.untranslated
     ]
@@ -72,8 +80,10 @@ def test_conformance_legacy_cases_migrate(case: str) -> None:
     text = (CASES / f"{case}.yaml").read_text()
     assert validate_text(text, case)  # invalid as written
     result = migrate_text(text, case)
-    assert result.problems == [] and result.notes
-    # the sink names a table but no statement: a note says to write the INSERT
+    # the sink names a table but no statement or credentials: a note says to write the INSERT,
+    # and validation asks for the fields a postgres task needs
+    missing = ["workflow[0].tool[1].auth", "workflow[0].tool[1].query"] if case == "invalid_sink" else []
+    assert [p.path for p in result.problems] == missing and result.notes
     assert [n.message[:20] for n in result.untranslated] == (
         ["the postgres sink na"] if case == "invalid_sink" else []
     )

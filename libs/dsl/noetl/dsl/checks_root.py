@@ -8,6 +8,7 @@ from noetl.dsl import legacy
 from noetl.dsl.checks_rules import check_no_control, check_pool
 from noetl.dsl.checks_step import StepInfo, check_step
 from noetl.dsl.checks_task import PipelineContext, check_task
+from noetl.dsl.knobs import check_executor_spec
 from noetl.dsl.report import Report, describe, type_name
 from noetl.dsl.yamlload import fmt_path
 
@@ -31,6 +32,7 @@ def check_document(doc: dict[str, Any], r: Report) -> None:
         if isinstance(executor["spec"], dict):
             check_no_control(executor["spec"], ("executor", "spec"), "executor policy", r)
             check_pool(executor["spec"], ("executor", "spec"), r)
+            check_executor_spec(executor["spec"], ("executor", "spec"), r)
         else:
             r.add(("executor", "spec"), f"`executor.spec` is a mapping, found {type_name(executor['spec'])}")
     if doc.get("workload") is not None and not isinstance(doc["workload"], dict):

@@ -9,6 +9,7 @@ from typing import Any
 from noetl.dsl import legacy
 from noetl.dsl.checks_rules import check_no_control, check_pool, check_when, contains_control, read_rules
 from noetl.dsl.checks_task import PipelineContext, check_pipeline
+from noetl.dsl.knobs import check_loop_spec, check_step_spec
 from noetl.dsl.report import Report, describe, type_name
 from noetl.dsl.shapes import task_entries
 from noetl.dsl.yamlload import Path
@@ -74,6 +75,7 @@ def _check_step_spec(spec: Any, path: Path, r: Report) -> None:
         r.add(path, f"a step `spec` is a mapping of knobs and `policy`, found {type_name(spec)}")
         return
     check_pool(spec, path, r)
+    check_step_spec(spec, path, r)
     for knob in LOOP_ONLY_KNOBS:
         if knob in spec:  # accepted and ignored before: the loop silently ran one at a time
             r.add(
@@ -190,6 +192,7 @@ def _check_loop(loop: Any, path: Path, r: Report) -> bool:
         )
         return False
     check_no_control(spec, (*path, "spec"), "loop policy", r)
+    check_loop_spec(spec, (*path, "spec"), r)
     mode, cap = _mode_knobs(spec, (*path, "spec"), r)
     policy = spec.get("policy")
     if isinstance(policy, dict):

@@ -6,11 +6,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from noetl.dsl import legacy
+from noetl.dsl.checks_fields import check_fields, template_of
 from noetl.dsl.checks_rules import read_rules
-from noetl.dsl.kinds import known_kinds
+from noetl.dsl.kinds import kind_model, known_kinds
+from noetl.dsl.knobs import check_task_spec, task_policy_misplaced
 from noetl.dsl.model import DO_VALUES
 from noetl.dsl.report import Report, describe, type_name
 from noetl.dsl.shapes import TaskEntry
+from noetl.dsl.task_models import spec_knobs
 from noetl.dsl.yamlload import Path, fmt_path
 
 # template namespaces a label would hide (SEMANTICS §3); names starting with `_` are reserved too
@@ -22,6 +25,7 @@ HOOKS = ("before", "after", "finally")
 THEN_KEYS = ("do", "attempts", "backoff", "delay", "max_delay", "to", "set_ctx", "set_iter")
 BACKOFFS = ("none", "fixed", "linear", "exponential")
 DO_LIST = ", ".join(DO_VALUES)
+LOOP_MODES = ("sequential", "parallel")
 
 
 @dataclass(frozen=True)
@@ -97,12 +101,24 @@ def check_task(
     spec = body.get("spec")
     if spec is not None and not isinstance(spec, dict):
         r.add((*path, "spec"), f"a task `spec` is a mapping of knobs and `policy`, found {type_name(spec)}")
-    elif isinstance(spec, dict) and "policy" in spec:
-        check_task_policy(spec["policy"], (*path, "spec", "policy"), labels, ctx, r)
+    elif isinstance(spec, dict):
+        runs_as = _runs_as(body, ctx.workbook, in_workbook)
+        check_task_spec(spec, (*path, "spec"), runs_as, spec_knobs(kind_model(runs_as)), r)
+        if "policy" in spec:
+            check_task_policy(spec["policy"], (*path, "spec", "policy"), labels, ctx, r)
+    check_fields(body, path, ctx.workbook, r, template=in_workbook)
     if kind == "workbook":
         _check_workbook_ref(body, path, labels, ctx, r, in_workbook)
-    elif kind == "playbook" and not (isinstance(body.get("path"), str) and body["path"]):
-        r.add((*path, "path"), "`kind: playbook` needs `path: <metadata.path of the playbook to run>`")
+
+
+def _runs_as(body: dict[str, Any], workbook: dict[str, Any], in_workbook: bool) -> str:
+    """The kind a task runs as: a workbook reference runs as its template's kind."""
+    kind = body.get("kind")
+    if kind == "workbook" and not in_workbook:
+        found = template_of(body, workbook)
+        if found is not None:
+            return str(found[1]["kind"])
+    return kind if isinstance(kind, str) else ""
 
 
 def _check_workbook_ref(
@@ -171,9 +187,12 @@ def check_task_policy(
         return
     for key in policy:
         if key not in POLICY_KEYS:
+            misplaced = task_policy_misplaced(key)
             r.add(
                 (*path, key),
-                f"unknown key {describe(key)} in task `spec.policy`: it has {', '.join(POLICY_KEYS)}",
+                f"{misplaced}, not in a task's `spec.policy`"
+                if misplaced
+                else f"unknown key {describe(key)} in task `spec.policy`: it has {', '.join(POLICY_KEYS)}",
             )
     if "rules" not in policy:
         r.add(
@@ -190,10 +209,11 @@ def check_task_policy(
             f"`on_unmatched` is `continue` or `fail`, found {describe(policy['on_unmatched'])}",
         )
     if "mode" in policy and policy["mode"] != "exclusive":
+        loop = " (a loop's mode goes in the step's `loop.spec.mode`)" if policy["mode"] in LOOP_MODES else ""
         r.add(
             (*path, "mode"),
             f"task policy `mode` is `exclusive` (the first matching rule wins), found "
-            f"{describe(policy['mode'])}",
+            f"{describe(policy['mode'])}{loop}",
         )
     for hook in HOOKS:
         if policy.get(hook) not in (None, []):

@@ -3,16 +3,20 @@
 These models are the published contract: the JSON Schema (``schema.py``) is generated from them,
 and validation runs them as a last net after its own checks (which give better messages and
 report every problem, so they run first). Where the DSL is closed (root, step, loop, next, arc,
-rules) the models forbid unknown keys; a task stays open, because each kind has fields of its own.
+rules) the models forbid unknown keys; a task is checked by its kind's model (``task_models.py``),
+chosen by ``kind``, and a task of a plug-in kind stays open.
 Docstrings and descriptions here become the schema's descriptions, so they speak to playbook
 authors.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_model
+from pydantic.fields import FieldInfo
+
+from noetl.dsl.task_models import BUILTIN_MODELS
 
 Template = Annotated[str, Field(description='A Jinja2 template, e.g. "{{ workload.api_url }}".')]
 When = Annotated[
@@ -101,21 +105,113 @@ class TaskPolicy(_Closed):
     )
 
 
-class TaskSpec(_Open):
-    """Task knobs (timeout, max_task_runs, ...) layered over executor, step and loop specs."""
+Seconds = Annotated[float, Field(gt=0)]
+
+
+class Timeout(_Closed):
+    """Separate limits: `connect` (reaching the service) and `read` (the work itself)."""
+
+    connect: Seconds | None = None
+    read: Seconds | None = None
+
+
+class TaskSpec(_Closed):
+    """A task's own knobs, layered over the executor, step and loop specs, and its policy."""
+
+    timeout: Seconds | Timeout | None = Field(
+        None, description="Seconds, or `{connect, read}`; a spec is not rendered (no templates)."
+    )
+    policy: TaskPolicy | None = None
+
+
+class DuckdbTaskSpec(TaskSpec):
+    database: str | None = Field(None, description="The database file, unless the task gives `database`.")
+
+
+class OpenTaskSpec(_Open):
+    """Knobs of the kind the task runs as (a plug-in kind's, or a workbook template's kind's)."""
 
     policy: TaskPolicy | None = None
 
 
-class Task(_Open):
-    """A task of a pipeline: `kind` plus the kind's own fields (url, query, code, args, result, ...)."""
+_TASK_NAME = "Label, unique in the pipeline (default task_<position>)."
 
-    name: str | None = Field(None, description="Label, unique in the pipeline (default task_<position>).")
-    kind: str = Field(
-        description="Task kind: http, postgres, duckdb, python, noop, playbook, workbook, secrets."
+
+def _template_form(fields: type[BaseModel]) -> type[BaseModel]:
+    """The fields of a `workbook.tasks` template: all optional, since the caller may give them."""
+    optional: dict[str, Any] = {
+        name: (info.annotation, FieldInfo.merge_field_infos(info, default=None))
+        for name, info in fields.model_fields.items()
+        if info.is_required()
+    }
+    model = create_model(f"{fields.__name__}Template", __base__=fields, **optional)
+    model.template_form = True  # type: ignore[attr-defined]
+    return model
+
+
+def _spec_model(kind: str, fields: type[BaseModel]) -> type[BaseModel]:
+    knobs: tuple[str, ...] | None = getattr(fields, "spec_knobs", None)
+    if knobs is None or kind == "workbook":
+        return OpenTaskSpec
+    if not knobs:
+        return TaskSpec
+    if knobs == ("database",):
+        return DuckdbTaskSpec
+    extra: dict[str, Any] = {knob: (Any, None) for knob in knobs}
+    return create_model(f"{kind.capitalize()}TaskSpec", __base__=TaskSpec, **extra)
+
+
+def task_model(kind: str, fields: type[BaseModel], template: bool = False) -> type[BaseModel]:
+    """The task model of a kind: its fields plus every task's `name`, `kind` and `spec`."""
+    doc = fields.__doc__ or f"A `kind: {kind}` task."
+    return create_model(  # type: ignore[call-overload, no-any-return]
+        kind.capitalize() + ("TaskTemplate" if template else "Task"),
+        __base__=_template_form(fields) if template else fields,
+        __doc__=f"A `workbook.tasks` template of {doc}" if template else doc,
+        name=(str | None, Field(None, description=_TASK_NAME)),
+        kind=(Literal[kind], Field(description="The task kind.")),
+        spec=(_spec_model(kind, fields) | None, None),
     )
-    spec: TaskSpec | None = None
 
+
+class PluginTask(_Open):
+    """A task of a plug-in kind: its fields are the kind's own (`noetl.dsl.kinds.register_kind`)."""
+
+    name: str | None = Field(None, description=_TASK_NAME)
+    kind: str = Field(
+        description="A kind added by a plug-in.",
+        json_schema_extra={"not": {"enum": sorted(BUILTIN_MODELS)}},
+    )
+    spec: OpenTaskSpec | None = None
+
+
+def _tag(value: Any) -> str | None:
+    """Which model checks a task: its kind's, or the plug-in one for a kind that is not built in."""
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    if not isinstance(kind, str):
+        return None
+    return kind if kind in BUILTIN_MODELS else "plugin"
+
+
+def _union(template: bool) -> Any:
+    members = [
+        Annotated[task_model(kind, fields, template), Tag(kind)]
+        for kind, fields in BUILTIN_MODELS.items()
+        if not (template and kind == "workbook")  # a template cannot itself be a reference
+    ]
+    members.append(Annotated[PluginTask, Tag("plugin")])
+    return Annotated[
+        Union[tuple(members)],  # noqa: UP007 - built from a list
+        Discriminator(
+            _tag,
+            custom_error_type="task_kind",
+            custom_error_message="a task needs `kind`: one of the known kinds",
+        ),
+    ]
+
+
+Task = _union(template=False)
+TaskTemplate = _union(template=True)
 
 LabelledTask = Annotated[
     dict[str, Task],
@@ -217,7 +313,7 @@ class Step(_Closed):
 class Workbook(_Closed):
     """Reusable task templates, run with `kind: workbook, task: <name>`."""
 
-    tasks: dict[str, Task] | None = None
+    tasks: dict[str, TaskTemplate] | None = None
 
 
 class PlaybookDocument(_Closed):

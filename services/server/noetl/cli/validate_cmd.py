@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from noetl.dsl.errors import Problem
 from noetl.dsl.schema import schema_text, write_schema
@@ -40,11 +41,21 @@ def cmd_validate(files: list[str], as_json: bool = False) -> int:
     return EXIT_INVALID if problems else EXIT_VALID
 
 
-def cmd_schema(out: str | None) -> int:
-    """Print the playbook JSON Schema, or write it to ``out``."""
-    if out is None:
+def cmd_schema(out: str | None, kinds: bool = False) -> int:
+    """Print the playbook JSON Schema (or, with ``kinds``, the task kinds' field reference), or
+    write it to ``out``."""
+    if kinds:
+        from noetl.dsl.kindref import kinds_reference
+
+        text = kinds_reference()
+        if out is None:
+            sys.stdout.write(text)
+        else:
+            Path(out).write_text(text, encoding="utf-8")
+    elif out is None:
         sys.stdout.write(schema_text())
     else:
         write_schema(out)
+    if out is not None:
         print(f"wrote {out}", file=sys.stderr)
     return 0

@@ -223,8 +223,11 @@ def _sink(m: Migrator, pipe: Pipeline, sink: Any, cond: str | None, path: Path, 
     renames = {"result": "_prev", "this": "_prev", "response": "_prev", **task_renames(m, iterator)}
     label = pipe.unique("sink")
     task: dict[str, Any] = {"name": label, **rewrite_all(body, renames)}  # type: ignore[dict-item]
-    if isinstance(sink.get("args"), dict):
-        task["args"] = rewrite_all(sink["args"], renames)
+    args = rewrite_all(sink["args"], renames) if isinstance(sink.get("args"), dict) else None
+    if body.get("kind") in SQL_KINDS:
+        _sql_sink(m, task, args, path)
+    elif args is not None:
+        task["args"] = args
     if cond is not None:
         pipe.insert(None, _gate_task(m, pipe, label, cond.strip(), {"do": "break"}), path)
     pipe.insert(None, task, path)
@@ -234,10 +237,32 @@ def _sink(m: Migrator, pipe: Pipeline, sink: Any, cond: str | None, path: Path, 
         f"`sink` became the task `{label}` at the end of the pipeline ({how}); the step's result is "
         "now the sink's result, and the sink's inputs read the previous result as `_prev`",
     )
-    if body.get("kind") in SQL_KINDS and not any(k in body for k in ("command", "query")):
-        m.cannot(
-            path, f"the {body['kind']} sink names a table but no statement: write the INSERT as `command`"
-        )
+
+
+def _sql_sink(m: Migrator, task: dict[str, Any], args: dict[str, Any] | None, path: Path) -> None:
+    """A SQL sink names a table and the row (`args`); a v10 SQL task runs a statement with `params`,
+    and reads no `table` or `args` (validation rejects them), so the row becomes an INSERT."""
+    table = task.pop("table", None)
+    kind = task["kind"]
+    if any(k in task for k in ("command", "query")):
+        if args is not None and kind == "duckdb":
+            task["params"] = args  # `$name` placeholders read a mapping
+        elif args is not None:
+            m.cannot(
+                path,
+                f"the {kind} sink's `args` were dropped: a {kind} statement reads its values from "
+                "`params` (a list for $1..$n); pass them there",
+            )
+        return
+    if isinstance(table, str) and table and args:
+        columns = list(args)
+        marks = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
+        task["command"] = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
+        task["params"] = [args[c] for c in columns]
+        m.did(path, f"the {kind} sink's table and `args` became an INSERT `command` with `params`")
+        return
+    named = f"the table `{table}`" if isinstance(table, str) and table else "a table"
+    m.cannot(path, f"the {kind} sink names {named} but no statement: write the INSERT as `command`")
 
 
 def _placeholders(m: Migrator, step: dict[str, Any], path: Path) -> None:
