@@ -2,6 +2,8 @@
 # Creates .venv and installs noetl (editable). Safe to run again.
 #   scripts/setup.sh              noetl alone (what the example needs)
 #   scripts/setup.sh test,helm    plus the test tools and the chart-test packages (~350 MB)
+# With the test extra, Debian's chromium is installed too when missing and we are root (the
+# browser tests in tests/browser drive it; without it they are skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -14,4 +16,11 @@ if [ -n "$EXTRAS" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
 else
   .venv/bin/python -m pip install -q --disable-pip-version-check -e .
+fi
+if [[ ",$EXTRAS," == *",test,"* ]] && [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] \
+  && command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q chromium >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; } \
+    || echo "setup: could not install chromium: the browser tests will be skipped" >&2
 fi

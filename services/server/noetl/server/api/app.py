@@ -1,4 +1,4 @@
-"""The Starlette application: every route module's routes behind the bearer-auth layer."""
+"""The Starlette application: every route module's routes, and the web console's, behind the auth layer."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from noetl.server.api.context import ApiContext
 
 
 def build_app(ctx: ApiContext) -> Starlette:
+    from noetl.server.console.pages import routes as console_routes  # it imports the API modules
+
     app = Starlette(
-        routes=[*executions.routes, *catalog.routes, *credentials.routes, *ops.routes],
+        routes=[*executions.routes, *catalog.routes, *credentials.routes, *ops.routes, *console_routes],
         middleware=[
             Middleware(BearerAuth, token=ctx.token, admin_token=ctx.admin_token, metrics=ctx.metrics)
         ],

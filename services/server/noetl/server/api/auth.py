@@ -1,22 +1,59 @@
-"""Bearer-token auth for ``/api/*``, as plain ASGI so streamed responses (SSE) pass through untouched.
+"""Bearer-token auth for ``/api/*`` and the console's ``/ui``, as plain ASGI so streamed responses
+(SSE) pass through untouched.
 
 Health, readiness, metrics and the OpenAPI document stay open: probes and scrapers carry no
 token. The admin token is accepted wherever the user token is, and is the only one that may read
 a credential's value. Tokens are compared in constant time and never logged: a caller is named
 by a hash prefix of its token.
+
+A browser cannot add a header to a link or to an ``EventSource``, so the console also takes a
+session cookie, set by its login form. The cookie holds an HMAC derived from the token, not the
+token: a leaked cookie opens the console but not the API. ``/api/*`` keeps taking the header only,
+so no cross-site form can reach the API through a cookie; the console's own forms check their
+origin (``noetl.server.console``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import time
+from http.cookies import CookieError, SimpleCookie
 from typing import Any
+from urllib.parse import quote
 
-from noetl.events.audit import token_id
+from noetl.dsl.errors import UnauthorizedError, reply_error
 from noetl.server.api.metrics import Metrics
+from noetl.store.audit import token_id
 
 PROTECTED_PREFIX = "/api/"
+CONSOLE_PREFIX = "/ui"
+CONSOLE_OPEN = ("/ui/login", "/ui/static/")  # the login form and its style sheet need no session
+SESSION_COOKIE = "noetl_session"
+
+
+def session_value(token: str) -> str:
+    """The console cookie for ``token``: stable across replicas and restarts (no server state),
+    and useless against ``/api/*``."""
+    return hmac.new(token.encode(), b"noetl-console-session-v1", hashlib.sha256).hexdigest()
+
+
+def is_console(path: str) -> bool:
+    return path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/")
+
+
+def _cookie(scope: dict[str, Any], name: str) -> str | None:
+    for header, value in scope.get("headers") or ():
+        if header == b"cookie":
+            jar: SimpleCookie = SimpleCookie()
+            try:
+                jar.load(value.decode("latin-1"))
+            except CookieError:
+                continue
+            if name in jar and jar[name].value:
+                return jar[name].value
+    return None
 
 
 def _bearer(scope: dict[str, Any]) -> str | None:
@@ -46,6 +83,17 @@ class BearerAuth:
             return {"role": "anonymous", "who": token_id(presented) if presented else "anonymous"}
         return None
 
+    def identify_session(self, cookie: str | None) -> dict[str, str] | None:
+        """A console session cookie, named like the token it was derived from."""
+        for role, token in (("admin", self.admin_token), ("user", self.token)):
+            if token and _same(cookie, session_value(token)):
+                return {"role": role, "who": token_id(token)}
+        return None if self.token else {"role": "anonymous", "who": "anonymous"}
+
+    def identify_console(self, scope: dict[str, Any]) -> dict[str, str] | None:
+        bearer = _bearer(scope)
+        return self.identify(bearer) if bearer else self.identify_session(_cookie(scope, SESSION_COOKIE))
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -65,6 +113,12 @@ class BearerAuth:
                     await _unauthorized(send_counted)
                     return
                 scope["noetl.auth"] = who
+            elif is_console(scope["path"]) and not scope["path"].startswith(CONSOLE_OPEN):
+                who = self.identify_console(scope)
+                if who is None:
+                    await _to_login(scope, send_counted)
+                    return
+                scope["noetl.auth"] = who
             await self.app(scope, receive, send_counted)
         finally:
             endpoint = scope.get("endpoint")
@@ -75,9 +129,7 @@ class BearerAuth:
 
 
 async def _unauthorized(send: Any) -> None:
-    body = json.dumps(
-        {"error": {"kind": "unauthorized", "message": "send `Authorization: Bearer <token>`"}}
-    ).encode()
+    body = json.dumps(reply_error(UnauthorizedError("send `Authorization: Bearer <token>`"))).encode()
     await send(
         {
             "type": "http.response.start",
@@ -90,3 +142,19 @@ async def _unauthorized(send: Any) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+async def _to_login(scope: dict[str, Any], send: Any) -> None:
+    """A page asked for without a session goes to the login form, which comes back to it."""
+    target = scope["path"] + (
+        "?" + scope["query_string"].decode("latin-1") if scope.get("query_string") else ""
+    )
+    location = "/ui/login?next=" + quote(target, safe="")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 303 if scope["method"] in ("GET", "HEAD") else 401,
+            "headers": [(b"location", location.encode()), (b"content-length", b"0")],
+        }
+    )
+    await send({"type": "http.response.body", "body": b""})

@@ -1,0 +1,446 @@
+"""The console's pages and the few endpoints their script calls, all under ``/ui``.
+
+Pages are rendered on the server from the same reads the API answers from (the event log, the
+catalog, the runtime bucket), so the console cannot drift from the API and needs no front-end
+build. The only script, ``static/console.js``, follows an execution over server-sent events and
+swaps in fragments the server renders; every page works without it, just without live updates.
+
+Forms post back here rather than to ``/api/*``: the API takes a bearer header only, and these
+handlers check that a post comes from a page of this server (a cross-site form cannot cancel or
+start an execution, even where the console needs no token).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from noetl.client.run import cancel as request_cancel
+from noetl.dsl.errors import PlaybookInvalidError
+from noetl.dsl.validate import load_playbook
+from noetl.events.bus import read_execution_events
+from noetl.events.runtime import list_runtime
+from noetl.server.api.auth import SESSION_COOKIE, session_value
+from noetl.server.api.context import ctx_of, read_body
+from noetl.server.api.follow import follow_events
+from noetl.server.api.queries import list_executions, valid_execution_id
+from noetl.server.console.fold import ExecutionView, duration_ms, fold
+from noetl.server.console.graph import Graph, layout
+from noetl.server.console.render import STATIC, page, render
+
+STATUSES = ("running", "success", "failed", "cancelled")
+PAGE_SIZE = 50
+KEEPALIVE_SECONDS = 15.0
+_GRAPHS: dict[str, Graph | None] = {}  # by playbook digest: a digest's text never changes
+_MAX_GRAPHS = 256
+
+
+@dataclass(frozen=True)
+class Action:
+    """A button on the execution page. Pause, resume and signal join this table when the API
+    offers them; the page shows whichever apply to the execution's status."""
+
+    name: str
+    label: str
+    shown_when: frozenset[str]
+    confirm: str
+    run: Callable[[Any, str], Awaitable[dict[str, Any] | None]]
+
+
+async def _cancel(js: Any, execution_id: str) -> dict[str, Any] | None:
+    return await request_cancel(js, execution_id, "cancelled from the console")
+
+
+ACTIONS: dict[str, Action] = {
+    "cancel": Action("cancel", "Cancel", frozenset({"running"}), "Cancel this execution?", _cancel),
+}
+
+
+def actions_for(view: ExecutionView) -> list[Action]:
+    if view.finished_at is not None:
+        return []
+    return [
+        a
+        for a in ACTIONS.values()
+        if view.status in a.shown_when and not (a.name == "cancel" and view.cancel_requested)
+    ]
+
+
+def same_origin(request: Request) -> bool:
+    """A state-changing post must come from a page of this server (browsers send ``Origin`` on
+    every post; ``Sec-Fetch-Site`` covers the rest)."""
+    origin = request.headers.get("origin")
+    if origin:
+        return urlsplit(origin).netloc == request.headers.get("host", "")
+    return request.headers.get("sec-fetch-site", "same-origin") in ("same-origin", "none")
+
+
+async def form_data(request: Request) -> dict[str, str]:
+    """An urlencoded form without python-multipart (the only encoding these forms use)."""
+    raw = await read_body(request, 256 * 1024)
+    return {k: v[-1] for k, v in parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True).items()}
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a console path: a login link must not be able to send the browser elsewhere."""
+    if target and target.startswith("/ui") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/ui/executions"
+
+
+def _forbidden() -> Response:
+    return Response("cross-site request refused", status_code=403, media_type="text/plain")
+
+
+# --- login ---------------------------------------------------------------------------------
+
+
+def _token_of(ctx: Any, presented: str) -> str | None:
+    """The configured token ``presented`` matches (compared in constant time), if any."""
+    for token in (ctx.admin_token, ctx.token):
+        if token and hmac.compare_digest(presented.encode(), token.encode()):
+            return token
+    return None
+
+
+def _signed_in(request: Request, token: str, target: str) -> Response:
+    response = RedirectResponse(_safe_next(target), status_code=303)
+    response.set_cookie(
+        SESSION_COOKIE,
+        session_value(token),
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/ui",
+    )
+    return response
+
+
+async def login(request: Request) -> Response:
+    ctx = ctx_of(request)
+    target = request.query_params.get("next")
+    if not ctx.token:  # no token configured: the console is as open as the API
+        return RedirectResponse(_safe_next(target), status_code=303)
+    presented = request.query_params.get("token")
+    if presented:  # a link printed by `noetl run --ui`; the redirect drops the token from the address
+        token = _token_of(ctx, presented)
+        if token:
+            return _signed_in(request, token, target or "/ui/executions")
+        return page(request, "login.html", 401, next=_safe_next(target), failed=True)
+    return page(request, "login.html", next=_safe_next(target), failed=False)
+
+
+async def login_post(request: Request) -> Response:
+    ctx = ctx_of(request)
+    if not same_origin(request):
+        return _forbidden()
+    form = await form_data(request)
+    target = form.get("next")
+    token = _token_of(ctx, form.get("token", "").strip()) if ctx.token else None
+    if not token:
+        return page(request, "login.html", 401, next=_safe_next(target), failed=True)
+    return _signed_in(request, token, target or "/ui/executions")
+
+
+async def logout(request: Request) -> Response:
+    if not same_origin(request):
+        return _forbidden()
+    response = RedirectResponse("/ui/login", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/ui", httponly=True, samesite="strict")
+    return response
+
+
+# --- executions ----------------------------------------------------------------------------
+
+
+async def home(request: Request) -> Response:
+    return RedirectResponse("/ui/executions", status_code=303)
+
+
+async def executions_page(request: Request) -> Response:
+    q = request.query_params
+    status = q.get("status") if q.get("status") in STATUSES else None
+    path = (q.get("path") or "").strip() or None
+    try:
+        before = int(q["before"]) if q.get("before") else None
+    except ValueError:
+        before = None
+    out = await list_executions(ctx_of(request).js, status=status, path=path, limit=PAGE_SIZE, before=before)
+    now = datetime.now(UTC).isoformat()
+    rows = [
+        {**e, "duration_ms": duration_ms(e.get("requested_at"), e.get("finished_at") or now)}
+        for e in out["executions"]
+    ]
+    filters = {k: v for k, v in (("status", status), ("path", path)) if v}
+    older = "?" + urlencode({**filters, "before": out["next_cursor"]}) if out["next_cursor"] else None
+    newest = "?" + urlencode(filters) if before is not None else None
+    return page(
+        request,
+        "executions.html",
+        rows=rows,
+        statuses=STATUSES,
+        status=status,
+        path=path,
+        older=older,
+        newest=newest,
+        nav="executions",
+    )
+
+
+async def _graph_for(ctx: Any, events: list[dict[str, Any]]) -> Graph | None:
+    requested = next((e for e in events if e.get("name") == "playbook.execution.requested"), None)
+    if requested is None:  # a request refused before it was recorded has no playbook
+        return None
+    digest = str((requested.get("payload") or {}).get("digest") or "")
+    if digest and digest in _GRAPHS:
+        return _GRAPHS[digest]
+    try:
+        ev = await ctx.catalog.with_playbook_text(requested)
+        text = (ev.get("payload") or {}).get("playbook")
+        graph = layout(load_playbook(text, "<execution>")) if isinstance(text, str) else None
+    except (LookupError, PlaybookInvalidError):
+        graph = None
+    if digest:
+        if len(_GRAPHS) >= _MAX_GRAPHS:
+            _GRAPHS.pop(next(iter(_GRAPHS)))
+        _GRAPHS[digest] = graph
+    return graph
+
+
+def _fragments(view: ExecutionView) -> dict[str, str]:
+    common = {"view": view, "actions": actions_for(view)}
+    return {
+        "summary": render("_summary.html", **common),
+        "timeline": render("_timeline.html", **common),
+        "outcome": render("_outcome.html", **common),
+    }
+
+
+def _node_states(view: ExecutionView) -> dict[str, dict[str, str]]:
+    out = {}
+    for step in dict.fromkeys(r.step for r in view.runs):
+        status, detail = view.step_state(step)
+        out[step] = {"status": status, "detail": detail}
+    return out
+
+
+async def _read_view(request: Request) -> tuple[ExecutionView, list[dict[str, Any]]] | Response:
+    """The execution's fold and events, or the page that says there is no such execution."""
+    eid = request.path_params["execution_id"]
+    if not valid_execution_id(eid):
+        return page(request, "missing.html", 400, what=f"execution {eid}")
+    events = await read_execution_events(ctx_of(request).js, eid)
+    if not events:
+        return page(request, "missing.html", 404, what=f"execution {eid}")
+    return fold(eid, events), events
+
+
+async def execution_page(request: Request) -> Response:
+    got = await _read_view(request)
+    if isinstance(got, Response):
+        return got
+    view, events = got
+    graph = await _graph_for(ctx_of(request), events)
+    return page(
+        request,
+        "execution.html",
+        view=view,
+        graph=graph,
+        states=_node_states(view),
+        actions=actions_for(view),
+        last_event_id=events[-1].get("event_id") or "",
+        nav="executions",
+    )
+
+
+async def execution_state(request: Request) -> Response:
+    """What the page's script repaints after an event: node states, fired arcs, three fragments."""
+    got = await _read_view(request)
+    if isinstance(got, Response):
+        return JSONResponse({"error": "not found"}, status_code=got.status_code)
+    view, _events = got
+    return JSONResponse(
+        {
+            "status": view.status,
+            "finished": view.finished,
+            "nodes": _node_states(view),
+            "arcs": [f"{step}#{k}" for (step, k) in view.arcs],
+            "html": _fragments(view),
+        },
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+async def execution_stream(request: Request) -> Response:
+    """The execution's events as SSE, names only: the page just needs to know when to repaint.
+    ``?after=`` is the last event the page was rendered with (an EventSource cannot send
+    ``Last-Event-ID`` on its first request)."""
+    eid = request.path_params["execution_id"]
+    if not valid_execution_id(eid):
+        return Response(status_code=400)
+    ctx = ctx_of(request)
+    after = request.headers.get("last-event-id") or request.query_params.get("after") or None
+
+    async def frames() -> AsyncIterator[str]:
+        yield ": noetl console\n\n"
+        async for ev in follow_events(
+            ctx.nc, eid, after_event_id=after, stop=ctx.closing, idle=KEEPALIVE_SECONDS
+        ):
+            if ev is None:
+                yield ": keep-alive\n\n"
+                continue
+            data = json.dumps({"name": ev.get("name"), "step": ev.get("entity_id")})
+            yield f"id: {ev.get('event_id', '')}\ndata: {data}\n\n"
+
+    return StreamingResponse(
+        frames(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def execution_action(request: Request) -> Response:
+    if not same_origin(request):
+        return _forbidden()
+    eid, name = request.path_params["execution_id"], request.path_params["action"]
+    action = ACTIONS.get(name)
+    if action is None or not valid_execution_id(eid):
+        return page(request, "missing.html", 404, what=f"action {name}")
+    if await action.run(ctx_of(request).js, eid) is None:
+        return page(request, "missing.html", 404, what=f"execution {eid}")
+    return RedirectResponse(f"/ui/executions/{eid}", status_code=303)
+
+
+# --- catalog -------------------------------------------------------------------------------
+
+
+async def catalog_page(request: Request) -> Response:
+    entries = await ctx_of(request).catalog.list()
+    by_path: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        item = by_path.setdefault(e["path"], {"path": e["path"], "name": e.get("name"), "versions": []})
+        if e.get("version"):
+            item["versions"].append(e["version"])
+        item["digest"] = e.get("digest")
+    return page(request, "catalog.html", playbooks=list(by_path.values()), nav="catalog")
+
+
+async def playbook_page(
+    request: Request, *, error: str | None = None, form: dict[str, str] | None = None, status_code: int = 200
+) -> Response:
+    ctx = ctx_of(request)
+    path = request.path_params.get("path") or (form or {}).get("path", "")
+    version = request.query_params.get("version") or (form or {}).get("version") or None
+    text = await ctx.catalog.get(path, version)
+    if text is None:
+        return page(
+            request, "missing.html", 404, what=f"playbook {path}" + (f" version {version}" if version else "")
+        )
+    try:
+        playbook = load_playbook(text, path)
+        graph: Graph | None = layout(playbook)
+        workload = playbook.workload
+        description = playbook.metadata.description
+    except PlaybookInvalidError:
+        graph, workload, description = None, {}, None
+    versions = [e.get("version") for e in await ctx.catalog.list() if e["path"] == path and e.get("version")]
+    recent = (await list_executions(ctx.js, path=path, limit=10))["executions"]
+    return page(
+        request,
+        "playbook.html",
+        status_code,
+        path=path,
+        version=version,
+        versions=versions,
+        text=text,
+        graph=graph,
+        workload=workload,
+        description=description,
+        recent=recent,
+        error=error,
+        payload=(form or {}).get("payload", "{}"),
+        request_id=uuid.uuid4().hex,
+        nav="catalog",
+    )
+
+
+async def start_execution(request: Request) -> Response:
+    if not same_origin(request):
+        return _forbidden()
+    form = await form_data(request)
+    try:
+        payload = json.loads(form.get("payload") or "{}")
+    except ValueError as e:
+        return await playbook_page(request, error=f"the payload is not JSON: {e}", form=form, status_code=400)
+    if not isinstance(payload, dict):
+        return await playbook_page(
+            request, error="the payload must be a JSON object", form=form, status_code=400
+        )
+    body: dict[str, Any] = {"path": form.get("path", ""), "payload": payload}
+    if form.get("version"):
+        body["version"] = form["version"]
+    request_id = form.get("request_id") or uuid.uuid4().hex  # a double-clicked button starts one execution
+    body["request_id"] = request_id
+    reply = await ctx_of(request).requests.handle(json.dumps(body).encode(), request_id)
+    if reply.get("error") and not reply.get("execution_id"):
+        err = reply["error"]
+        return await playbook_page(
+            request, error=f"{err.get('kind')}: {err.get('message')}", form=form, status_code=400
+        )
+    return RedirectResponse(f"/ui/executions/{reply['execution_id']}", status_code=303)
+
+
+# --- workers -------------------------------------------------------------------------------
+
+
+async def workers_page(request: Request) -> Response:
+    entries = await list_runtime(ctx_of(request).js)
+    servers = [e for e in entries if e.get("role") == "server"]
+    pools: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        if e.get("role") != "worker":
+            continue
+        pool = pools.setdefault(
+            str(e.get("pool") or "default"), {"workers": [], "concurrency": 0, "running": 0}
+        )
+        pool["workers"].append(e)
+        pool["concurrency"] += int(e.get("concurrency") or 0)
+        pool["running"] += int(e.get("running") or 0)
+    return page(request, "workers.html", servers=servers, pools=dict(sorted(pools.items())), nav="workers")
+
+
+def _static() -> StaticFiles:
+    return StaticFiles(directory=str(STATIC))
+
+
+routes = [
+    Route("/ui", home, methods=["GET"], include_in_schema=False),
+    Route("/ui/login", login, methods=["GET"], include_in_schema=False),
+    Route("/ui/login", login_post, methods=["POST"], include_in_schema=False),
+    Route("/ui/logout", logout, methods=["POST"], include_in_schema=False),
+    Route("/ui/executions", executions_page, methods=["GET"], include_in_schema=False),
+    Route("/ui/executions/{execution_id}", execution_page, methods=["GET"], include_in_schema=False),
+    Route("/ui/executions/{execution_id}/state", execution_state, methods=["GET"], include_in_schema=False),
+    Route("/ui/executions/{execution_id}/events", execution_stream, methods=["GET"], include_in_schema=False),
+    Route(
+        "/ui/executions/{execution_id}/{action}", execution_action, methods=["POST"], include_in_schema=False
+    ),
+    Route("/ui/catalog", catalog_page, methods=["GET"], include_in_schema=False),
+    Route("/ui/catalog/{path:path}", playbook_page, methods=["GET"], include_in_schema=False),
+    Route("/ui/start", start_execution, methods=["POST"], include_in_schema=False),
+    Route("/ui/workers", workers_page, methods=["GET"], include_in_schema=False),
+    Mount("/ui/static", app=_static(), name="console-static"),
+]
+
+__all__ = ["ACTIONS", "Action", "routes"]

@@ -1,0 +1,143 @@
+"""The console's drawing and reading of an execution, without a server: the layered graph of a
+playbook and the fold of its events into step runs, tasks and loop progress."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from noetl.dsl.validate import load_playbook
+from noetl.server.console.fold import fold, timeline
+from noetl.server.console.graph import layout
+from noetl.server.console.render import render
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+
+CYCLE = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: cycle}
+workflow:
+  - step: start
+    next: {arcs: [{step: fetch}]}
+  - step: fetch
+    tool: {kind: noop, result: 1}
+    next:
+      arcs:
+        - step: fetch
+          when: "{{ event.result < 0 }}"
+        - step: start
+          when: "{{ event.result > 5 }}"
+        - step: done
+  - step: done
+    tool: {kind: noop}
+  - step: orphan
+    tool: {kind: noop}
+"""
+
+
+def test_layers_follow_breadth_first_depth_and_back_arcs_go_round() -> None:
+    g = layout(load_playbook(CYCLE))
+    y = {n.name: n.y for n in g.nodes}
+    assert y["start"] < y["fetch"] < y["done"] < y["orphan"]  # the unreachable step goes last
+    edges = {(e.source, e.target): e for e in g.edges}
+    assert not edges[("start", "fetch")].back and not edges[("fetch", "done")].back
+    assert edges[("fetch", "fetch")].back and edges[("fetch", "start")].back
+    assert edges[("fetch", "start")].label == "event.result > 5"
+    assert all(n.x + n.w <= g.width and n.y + n.h <= g.height for n in g.nodes)
+    assert all(e.lx <= g.width for e in g.edges)
+
+
+def test_fan_out_sits_side_by_side_and_shapes_say_what_a_step_is() -> None:
+    g = layout(load_playbook((EXAMPLES / "admission_join.yaml").read_text()))
+    nodes = {n.name: n for n in g.nodes}
+    assert nodes["extract_users"].y == nodes["extract_orders"].y
+    assert nodes["extract_users"].x != nodes["extract_orders"].x
+    assert nodes["start"].shape == "router" and nodes["join"].what == "1 task, admission"
+    assert all(e.inclusive for e in g.edges if e.source == "start")
+    loop = layout(load_playbook((EXAMPLES / "loop_parallel.yaml").read_text()))
+    assert next(n for n in loop.nodes if n.name == "start").what == "loop parallel over file"
+
+
+def _ev(name: str, entity: str = "", rid: str = "", t: int = 0, **payload: object) -> dict[str, object]:
+    return {
+        "name": name,
+        "entity_id": entity,
+        "step_run_id": rid or None,
+        "task_run_id": payload.pop("task_run_id", None),
+        "timestamp": f"2026-01-01T00:00:{t:02d}+00:00",
+        "payload": payload,
+    }
+
+
+EVENTS = [
+    _ev("playbook.execution.requested", "etl/daily", t=0, path="etl/daily", version="2", payload={"n": 1}),
+    _ev("step.scheduled", "start", "r1", 0, args={}),
+    _ev("step.done", "start", "r1", 0, result=None),
+    _ev("next.evaluated", "start", "r1", 0, fired=[{"step": "each", "arc": 0}]),
+    _ev("step.scheduled", "each", "r2", 1, args={}),
+    _ev("loop.started", "each", "r2", 1, total=3, mode="parallel", iterator="x"),
+    _ev("task.started", "t", "r2", 1, task="t", kind="python", attempt=1, task_run_id="k1"),
+    _ev("task.done", "t", "r2", 2, task="t", task_run_id="k1", outcome={"status": "ok", "result": 1}),
+    _ev("loop.iteration.done", "each", "r2", 2, index=0, worker="w1"),
+    _ev("task.started", "t", "r2", 2, task="t", kind="python", attempt=1, task_run_id="k2"),
+    _ev(
+        "task.done",
+        "t",
+        "r2",
+        3,
+        task="t",
+        task_run_id="k2",
+        outcome={"status": "error", "error": {"kind": "python_error", "message": "ValueError: bad"}},
+    ),
+    _ev("loop.iteration.failed", "each", "r2", 3, index=1, error={"kind": "python_error", "message": "bad"}),
+]
+
+
+def test_fold_reads_runs_tasks_and_loop_progress_while_running() -> None:
+    view = fold("e1", EVENTS)
+    assert view.status == "running" and view.path == "etl/daily" and view.version == "2"
+    assert view.step_state("start") == ("done", "done 0 ms")
+    assert view.step_state("each") == ("running", "1/3 done · 1 failed")
+    assert view.step_state("never") == ("notrun", "not run")
+    each = view.step_runs("each")[0]
+    assert [t.status for t in each.tasks] == ["ok", "error"] and each.tasks[1].error[
+        "message"
+    ] == "ValueError: bad"
+    assert each.worker == "w1" and view.arcs[("start", 0)] == 1
+    tl = timeline(view)
+    assert len(tl.bars) == 2 and tl.bars[1].x > tl.bars[0].x
+
+
+def test_fold_ends_runs_a_finished_execution_left_behind() -> None:
+    events = [
+        *EVENTS,
+        _ev("execution.cancel.requested", "e1", t=4, reason="enough"),
+        _ev(
+            "workflow.finished",
+            "e1",
+            t=5,
+            status="cancelled",
+            error={"kind": "cancelled", "message": "enough"},
+        ),
+        _ev("playbook.processed", "e1", t=5, status="error"),
+    ]
+    view = fold("e1", events)
+    assert view.status == "cancelled" and view.finished and view.cancel_requested == "enough"
+    assert view.step_state("each")[0] == "stopped" and view.duration_ms == 5000.0
+
+
+def test_fragments_escape_what_playbooks_and_tasks_write() -> None:
+    events = [
+        _ev("playbook.execution.requested", "<script>x</script>", t=0),
+        _ev("step.scheduled", "s", "r1", 0),
+        _ev(
+            "step.failed",
+            "s",
+            "r1",
+            1,
+            error={"kind": "python_error", "message": "<img src=x onerror=alert(1)>"},
+        ),
+    ]
+    view = fold("e1", events)
+    html = render("_summary.html", view=view, actions=[]) + render("_timeline.html", view=view, actions=[])
+    assert "<img" not in html and "&lt;img src=x" in html and "<script>" not in html
