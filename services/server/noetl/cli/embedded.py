@@ -2,7 +2,9 @@
 
 Everything runs on the same code paths as a production deployment (the request goes through
 ``noetl.requests.execute``, decisions through the event stream, work through the command stream);
-only the processes are folded into one.
+only the processes are folded into one. With ``--ui`` the HTTP API and its web console join them
+on a free loopback port, behind a token made for this run, and stay up after the execution ends
+so its page can be looked at; Ctrl-C ends the run.
 """
 
 from __future__ import annotations
@@ -10,14 +12,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import secrets
+import signal
+import sys
+import threading
 import uuid
+import webbrowser
 from pathlib import Path
 from typing import Any
 
 from noetl.events.bus import connect
-from noetl.events.catalog import Catalog
-from noetl.events.natsserver import NatsServer
 from noetl.events.streams import ensure_all
+from noetl.host.natsserver import NatsServer
+from noetl.store.catalog import Catalog
 
 log = logging.getLogger("noetl.cli")
 
@@ -50,6 +58,74 @@ async def _request(catalog: Catalog, text: str, file: str, payload: dict[str, An
     return request
 
 
+def _has_display() -> bool:
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")) or sys.platform in (
+        "darwin",
+        "win32",
+    )
+
+
+async def until_stopped() -> None:
+    """Until Ctrl-C, SIGTERM or SIGHUP, which then end the run in order, with the execution's
+    result. The signals are taken on the loop: raised from a signal handler instead, they would
+    stop the loop first, and the NATS client with it, so every goodbye to NATS would time out."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    installed = []
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        previous = signal.getsignal(signum)
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not on this platform
+            loop.add_signal_handler(signum, stop.set)
+            installed.append((signum, previous))
+    try:
+        await stop.wait()
+    except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels the main task
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+    finally:
+        for signum, previous in installed:
+            loop.remove_signal_handler(signum)
+            signal.signal(signum, previous)
+
+
+async def start_console(nc: Any, server: Any, worker: Any, credentials: Any) -> tuple[list[Any], str, str]:
+    """The HTTP API and console on 127.0.0.1, a free port, and a token no one else knows: other
+    users of a shared machine can reach a loopback port too. Returns (parts to stop, base URL,
+    token)."""
+    from noetl.events.runtime import RuntimeRegistrar
+    from noetl.server.api import ApiServer
+    from noetl.server.api.launch import start_operations
+
+    token = secrets.token_urlsafe(24)
+    api = ApiServer(
+        nc,
+        server.requests,
+        server.catalog,
+        credentials,
+        host="127.0.0.1",
+        port=0,
+        token=token,
+        admin_token="",
+    )
+    await api.start()
+    parts: list[Any] = [api]
+    try:
+        server.observer = api.collector.observe
+        registrar = RuntimeRegistrar(
+            nc.jetstream(), "server", lambda: {"running": len(server.states), "http": api.url}
+        )
+        await registrar.start()
+        parts.append(registrar)
+        parts.append(await start_operations(nc, "worker", worker))
+    except BaseException:
+        for part in reversed(parts):
+            with contextlib.suppress(Exception):
+                await part.stop()
+        raise
+    return parts, api.url, token
+
+
 async def run_embedded(
     text: str,
     file: str,
@@ -58,15 +134,20 @@ async def run_embedded(
     credentials_file: str | None,
     catalog_dir: str | None,
     timeout: float | None = None,
+    ui: bool = False,
+    progress: Any = None,
 ) -> dict[str, Any]:
-    from noetl.events.credentials import CredentialStore, generate_key, load_credentials_file
-    from noetl.server.client import run_and_wait
+    """``progress``: a ``noetl.cli.progress.Progress`` that draws the execution's events."""
+    from noetl.cli.progress import run_with_progress
+    from noetl.events.ids import execution_id_for
     from noetl.server.service import Server
+    from noetl.store.credentials import CredentialStore, generate_key, load_credentials_file
     from noetl.worker.service import Worker
 
     ns = NatsServer().start()
     nc = None
     server = worker = None
+    console: list[Any] = []
     try:
         nc = await connect(ns.url, name="noetl-run")
         js = nc.jetstream()
@@ -85,8 +166,26 @@ async def run_embedded(
         await server.start()
         await worker.start()
         request = await _request(catalog, text, file, payload)
-        return await run_and_wait(nc, request, timeout=timeout)
+        if not ui:
+            return await run_with_progress(nc, request, timeout, progress)
+        console, base, token = await start_console(nc, server, worker, creds)
+        link = f"{base}/ui/login?token={token}&next=/ui/executions/{execution_id_for(request['request_id'])}"
+        # the token is this run's own, made a moment ago: printing it is how the person gets in
+        print(f"noetl: console at {link}", file=sys.stderr)
+        if _has_display():
+            threading.Thread(target=webbrowser.open, args=(link,), daemon=True).start()
+        out = await run_with_progress(nc, request, timeout, progress)
+        print(
+            f"noetl: execution {out['execution_id']} {out['status']}; the console stays up at {base}/ui "
+            "until Ctrl-C",
+            file=sys.stderr,
+        )
+        await until_stopped()
+        return out
     finally:
+        for part in reversed(console):
+            with contextlib.suppress(Exception):
+                await part.stop()
         for svc in (worker, server):
             if svc is not None:
                 with contextlib.suppress(Exception):

@@ -87,6 +87,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         return 2
     print(f"noetl: running {path} on an embedded NATS server", file=sys.stderr)
+    from noetl.cli.progress import Progress, wanted
+
+    # what tasks print always reaches stderr; the live view only a person at a terminal
+    progress = Progress(sys.stderr, live=wanted(args.json))
     try:
         with signals_interrupt(signal.SIGTERM, signal.SIGHUP):
             out = asyncio.run(
@@ -98,6 +102,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     catalog_dir=args.catalog,
                     timeout=args.timeout,
                     ui=getattr(args, "ui", False),
+                    progress=progress,
                 )
             )
     except KeyboardInterrupt as e:
@@ -237,8 +242,9 @@ def _add_replicas(p: argparse.ArgumentParser) -> None:
 async def _exec(args: argparse.Namespace) -> dict[str, Any]:
     import uuid
 
+    from noetl.cli.progress import Progress, run_with_progress, wanted
     from noetl.cli.session import cli_connect
-    from noetl.client.run import run_and_wait, submit
+    from noetl.client.run import submit
 
     req: dict[str, Any] = {
         "request_id": args.request_id or uuid.uuid4().hex,
@@ -252,8 +258,9 @@ async def _exec(args: argparse.Namespace) -> dict[str, Any]:
             req["version"] = args.version
     nc = await cli_connect(args.nats_url, "noetl-exec")
     try:
-        if args.wait:
-            return await run_and_wait(nc, req, timeout=args.timeout)
+        if args.wait:  # live progress on a terminal; task output stays in `noetl logs` otherwise
+            live = Progress(sys.stderr, live=True) if wanted(args.json) else None
+            return await run_with_progress(nc, req, args.timeout, live)
         return {"execution_id": await submit(nc.jetstream(), req)}
     finally:
         await nc.close()

@@ -1,4 +1,5 @@
-"""Operations commands: ``status``, ``events``, ``executions``, ``cancel``, ``workers``, ``credentials``.
+"""Operations commands: ``status``, ``events``, ``logs``, ``executions``, ``cancel``, ``workers``,
+``credentials``.
 
 They talk to NATS directly (the event log, the runtime bucket, the keychain bucket), not to a
 server's HTTP API: they work with any number of server replicas, with none running at all
@@ -69,26 +70,41 @@ async def _status(nc: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _event_line(ev: dict[str, Any]) -> str:
-    err = (ev.get("payload") or {}).get("error") or {}
-    tail = f"  {err.get('kind')}: {err.get('message')}" if isinstance(err, dict) and err else ""
-    head = f"{ev.get('timestamp', '')}  {ev.get('name', ''):<28} {ev.get('entity_id', '')}"
-    return f"{head}  {ev.get('status', '')}{tail}"
-
-
 async def _events(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.cli.lines import EventLines
     from noetl.server.api.follow import follow_events
 
     _check_id(args.execution_id)
     seen = 0
+    lines = EventLines()  # knows each task event's step and iteration from the events before it
     async for ev in follow_events(nc, args.execution_id, follow=args.follow):
         if ev is None:
             continue
         seen += 1
-        print(json.dumps(ev, default=str) if args.json else _event_line(ev), flush=True)
+        print(json.dumps(ev, default=str) if args.json else lines.line(ev), flush=True)
     if not seen:
         print(f"noetl: no events of {args.execution_id}", file=sys.stderr)
         return 1
+    return 0
+
+
+async def _logs(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.cli.lines import output_lines
+    from noetl.server.api.queries import execution_logs
+
+    _check_id(args.execution_id)
+    out = await execution_logs(nc.jetstream(), args.execution_id, args.step)
+    if out is None:
+        print(f"noetl: no execution {args.execution_id}", file=sys.stderr)
+        return 1
+    if args.json:
+        _print_json(out)
+        return 0
+    for entry in out:
+        print("\n".join(output_lines(entry)))
+    if not out:
+        which = f" of step {args.step!r}" if args.step else ""
+        print(f"noetl: no task{which} printed or logged anything", file=sys.stderr)
     return 0
 
 
@@ -210,6 +226,11 @@ def add_parsers(sub: Any, nats_url_default: str) -> None:
         "-f", "--follow", action="store_true", help="keep printing until the execution is processed"
     )
     p.add_argument("--json", action="store_true", help="one JSON event per line")
+
+    p = parser("logs", "what an execution's tasks printed or logged (masked, 64 KiB per task run)", _logs)
+    p.add_argument("execution_id")
+    p.add_argument("--step", help="only this step's task runs")
+    p.add_argument("--json", action="store_true", help="print JSON: one entry per task run")
 
     p = parser("executions", "list executions, newest first", _executions)
     p.add_argument(

@@ -8,7 +8,7 @@ from typing import Any
 
 from noetl.client.view import execution_output
 
-__all__ = ["error_line", "execution_output", "summary"]
+__all__ = ["error_line", "execution_output", "loop_counts", "summary"]
 
 _PATH_SEGMENT = re.compile(r'\.?([\w-]+)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]')
 
@@ -46,14 +46,25 @@ def error_line(error: dict[str, Any], text: str | None) -> int | None:
     return loaded.lines.line(segments) if loaded.data is not None else None
 
 
+def loop_counts(counts: dict[str, Any]) -> str:
+    """``12 done, 1 failed of 30, 4 in flight``: how far a loop run is."""
+    text = f"{counts.get('done', 0)} done, {counts.get('failed', 0)} failed of {counts.get('total', '?')}"
+    if counts.get("in_flight"):
+        text += f", {counts['in_flight']} in flight"
+    return text
+
+
 def summary(out: dict[str, Any], file: str | None = None, text: str | None = None) -> str:
     """What a person reads: the status, each step's runs and the error or the result. ``file``
     and ``text`` are the playbook the execution ran, when the caller has it (``noetl run FILE``):
     the error then also names ``FILE:LINE``; without them a python error names the line of the
     execution's catalog playbook."""
     lines = [f"execution {out['execution_id']}: {out['status']}"]
+    loops = out.get("loops") or {}  # `noetl status`: counters of each loop run
     for step, runs in out["steps"].items():
         lines.append(f"  {step}: {', '.join(r['status'] for r in runs)}")
+        for n, counts in enumerate(loops.get(step) or [], 1):
+            lines.append(f"    {'loop' if len(loops[step]) == 1 else f'loop run {n}'}: {loop_counts(counts)}")
     err = out.get("error")
     if err:
         lines.append(f"error: {err.get('kind')}: {err.get('message')}")

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any, TextIO
 
+from noetl.host import logs
+
 MAX_OUTPUT_BYTES = 64 * 1024  # per task run; the rest is dropped and counted
 INLINE_OUTPUT_BYTES = 8 * 1024  # larger output travels by reference (the results object store)
 _SLACK = 4 * 1024  # kept beyond the cap until masked: a secret cut in two would escape the masker
@@ -89,8 +91,10 @@ class _StreamProxy:
 
     def write(self, text: str) -> int:
         buf = _current.get()
-        if buf is None or buf.closed:
+        if buf is None:
             return self._real.write(text)
+        if buf.closed:  # a task's thread still running after its run ended (a time-out)
+            return self._real.write(logs.mask(text))
         return buf.write(text)
 
     def writelines(self, lines: Any) -> None:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from noetl.dsl.errors import (
     NoetlError,
@@ -28,6 +28,7 @@ from noetl.dsl.policy import apply_patch, evaluate_task_policy
 from noetl.dsl.specmerge import deep_merge, effective_step_spec, effective_task_spec, scoped
 from noetl.dsl.templates import TemplateEngine
 from noetl.host import logs
+from noetl.worker.output import TaskOutput, capturing
 from noetl.worker.tools.base import Clock, ToolContext, get_tool
 from noetl.worker.tools.workbook import resolve_workbook
 
@@ -85,7 +86,14 @@ class RunResult:
     iter: dict[str, Any] | None = None
 
 
-EmitFn = Callable[[str, Task, int, dict[str, Any]], Awaitable[None]]
+class EmitFn(Protocol):
+    """``task.started`` and ``task.done``; the latter with what the run printed and logged."""
+
+    def __call__(
+        self, name: str, task: Task, n: int, data: dict[str, Any], output: TaskOutput | None = None
+    ) -> Awaitable[None]: ...
+
+
 CheckpointFn = Callable[[Snapshot], Awaitable[None]]
 
 
@@ -147,10 +155,10 @@ class Pipeline:
             snap.runs += 1
             logs.bind(task=task.name)
             context = self._context(snap, task, ctx)
-            outcome = await self._run_task(task, context, snap.attempt, snap.runs)
+            outcome, output = await self._run_task(task, context, snap.attempt, snap.runs)
             context["outcome"] = outcome
             if self.emit:
-                await self.emit("task.done", task, snap.runs, outcome)
+                await self.emit("task.done", task, snap.runs, outcome, output)
             try:
                 d = await self._cpu(
                     partial(
@@ -229,8 +237,9 @@ class Pipeline:
 
     async def _run_task(
         self, task: Task, context: dict[str, Any], attempt: int, run_no: int
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], TaskOutput | None]:
         clock = Clock()
+        output: TaskOutput | None = None
         kind, config = task.kind, task.config
         try:
             spec = effective_task_spec(self.playbook, self.step, task)
@@ -257,7 +266,8 @@ class Pipeline:
                 attempt=attempt,
                 extra=extra,
             )
-            outcome = await get_tool(kind).run(rendered, tctx)
+            with capturing() as output:  # this run's prints and log records, no other run's
+                outcome = await get_tool(kind).run(rendered, tctx)
         except NoetlError as e:
             outcome = {"status": "error", "error": e.to_dict()}
         except Exception as e:  # a bug in a kind must not take the worker down
@@ -266,7 +276,7 @@ class Pipeline:
                 "error": ToolError(f"{kind} task {task.name}: {type(e).__name__}: {e}").to_dict(),
             }
         outcome.setdefault("meta", clock.meta(task.name, attempt))
-        return outcome
+        return outcome, output
 
 
 def _strip(outcome: dict[str, Any]) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from noetl.events.streams import ensure_all, ensure_consumer, replicated
 from noetl.host import logs
 from noetl.store.audit import ensure_audit_stream, record_credential_access
 from noetl.store.catalog import Catalog
+from noetl.worker.output import INLINE_OUTPUT_BYTES, TaskOutput
 from noetl.worker.pipeline import Pipeline, RunResult, Snapshot
 from noetl.worker.results import externalize
 
@@ -409,7 +410,13 @@ class Worker:
 
         key_base = f"{exec_id}/{run_id}/{index if index is not None else 's'}"
 
-        async def emit(name: str, task: Any, n: int, data: dict[str, Any]) -> None:
+        # an iteration's task.started says which iteration (task.done shares its task_run_id): for
+        # progress, `noetl events` and `noetl logs`; once per task run keeps the event bytes down
+        at = {"index": index} if index is not None else {}
+
+        async def emit(
+            name: str, task: Any, n: int, data: dict[str, Any], output: TaskOutput | None = None
+        ) -> None:
             trid = derive_id(cid, task.name, n)
             if name == "task.started":
                 await event(
@@ -417,7 +424,7 @@ class Worker:
                     "task",
                     task.name,
                     "in_progress",
-                    {"task": task.name, **data},
+                    {"task": task.name, **at, **data},
                     derive_id(cid, "task.started", n),
                     trid,
                 )
@@ -431,12 +438,19 @@ class Worker:
                     outcome["result"] = await externalize(
                         self.js, masker.mask(outcome["result"]), f"{key_base}/{task.name}/{n}", limit
                     )
+                payload: dict[str, Any] = {"task": task.name, "outcome": outcome}
+                text = output.render(masker.mask_text) if output is not None else ""
+                if text:  # masked and capped; by reference when large, as results are
+                    payload.update(at)  # whose output it is, without reading task.started too
+                    payload["output"] = await externalize(
+                        self.js, text, f"{key_base}/{task.name}/{n}/output", INLINE_OUTPUT_BYTES
+                    )
                 await event(
                     name,
                     "task",
                     task.name,
                     "success" if status == "ok" else "error",
-                    {"task": task.name, "outcome": outcome},
+                    payload,
                     derive_id(cid, "task.done", n),
                     trid,
                 )

@@ -22,6 +22,7 @@ from noetl.dsl.errors import NoSuchEntityError, RequestInvalidError
 from noetl.server.api.context import body_error, ctx_of, error, json_body, read_body
 from noetl.server.api.follow import follow_events
 from noetl.server.api.queries import (
+    execution_logs,
     execution_status,
     list_executions,
     request_status_code,
@@ -139,6 +140,29 @@ async def get_execution_events(request: Request) -> Response:
     return JSONResponse(events)
 
 
+async def get_execution_logs(request: Request) -> Response:
+    """
+    ---
+    summary: What the execution's task runs printed or logged
+    description: One entry per task run that wrote something, in log order; each output is
+      masked and capped at 64 KiB (a marker says what was cut). Output stored by reference is
+      read back from the object store.
+    parameters:
+      - {name: step, in: query, description: only this step's task runs, schema: {type: string}}
+    responses:
+      200: {description: "{execution_id, logs: [{step, task, index?, attempt?, task_run_id, timestamp,
+        status, output}]}"}
+      404: {description: no event of this execution}
+    """
+    eid, bad = _id_or_error(request)
+    if bad:
+        return bad
+    logs = await execution_logs(ctx_of(request).js, eid, request.query_params.get("step") or None)
+    if logs is None:
+        return error(404, NoSuchEntityError, f"no execution {eid}")
+    return JSONResponse({"execution_id": eid, "logs": logs})
+
+
 def sse_frame(event: dict[str, Any]) -> str:
     """One SSE message; its ``id`` is the event id, so a reconnecting client resumes after it."""
     return f"id: {event.get('event_id', '')}\ndata: {json.dumps(event, default=str)}\n\n"
@@ -183,5 +207,6 @@ routes = [
     Route("/api/executions", get_executions, methods=["GET"]),
     Route("/api/executions/{execution_id}", get_execution, methods=["GET"]),
     Route("/api/executions/{execution_id}/events", get_execution_events, methods=["GET"]),
+    Route("/api/executions/{execution_id}/logs", get_execution_logs, methods=["GET"]),
     Route("/api/executions/{execution_id}/cancel", cancel_execution, methods=["POST"]),
 ]

@@ -13,6 +13,7 @@ from typing import Any
 
 from nats.js import JetStreamContext
 
+from noetl.client.activity import loop_counters, task_outputs
 from noetl.client.view import execution_output
 from noetl.dsl.errors import brief
 from noetl.events import subjects as s
@@ -107,6 +108,27 @@ async def execution_status(js: JetStreamContext, execution_id: str) -> dict[str,
     for key in ("path", "version", "requested_at", "finished_at", "parent_execution_id"):
         out[key] = summary[key]
     out["events"] = len(events)
+    out["loops"] = loop_counters(events)  # per loop step: total, done, failed, in flight of each run
+    return out
+
+
+async def execution_logs(
+    js: JetStreamContext, execution_id: str, step: str | None = None
+) -> list[dict[str, Any]] | None:
+    """What each task run printed or logged (masked, capped), in log order, with output that
+    travelled by reference read back; None when the log has no event of this execution."""
+    from noetl.events.objects import is_reference, resolve
+
+    events = await read_execution_events(js, execution_id)
+    if not events:
+        return None
+    out = task_outputs(events, step)
+    for entry in out:
+        if is_reference(entry["output"]):
+            try:
+                entry["output"] = await resolve(js, entry["output"])
+            except Exception as e:  # removed by retention, or damaged: say so, keep the others
+                entry["output"] = f"[output not readable from the object store: {type(e).__name__}]\n"
     return out
 
 

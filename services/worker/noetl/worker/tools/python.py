@@ -17,13 +17,16 @@ and is compiled once per distinct source. ``spec.timeout`` (a number or ``{read:
 it: on a time-out the outcome is ``timeout`` at once, and the thread is asked to stop by an
 exception raised inside it — pure-Python loops stop at their next bytecode, a blocking C call
 (``time.sleep``, a socket read) only when it returns. ``print`` writes to stderr, so a task's
-output joins the logs and never corrupts ``noetl run --json`` on stdout.
+output never corrupts ``noetl run --json`` on stdout; inside a pipeline the worker captures it,
+with what the code logs, as the task run's ``output`` (``noetl.worker.output``): the thread runs in
+a copy of the caller's context, which is where the capture is keyed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import contextvars
 import copy
 import ctypes
 import functools
@@ -110,7 +113,9 @@ async def _run_in_thread(fn: Callable[[], Any], timeout: float | None, name: str
         except RuntimeError:  # the loop has closed meanwhile; nobody waits for this result
             pass
 
-    thread = threading.Thread(target=target, name=name, daemon=True)
+    # the caller's context: the task run's output capture and its log bindings follow the code
+    context = contextvars.copy_context()
+    thread = threading.Thread(target=context.run, args=(target,), name=name, daemon=True)
     thread.start()
     try:
         async with asyncio.timeout(timeout):

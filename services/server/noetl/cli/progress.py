@@ -1,0 +1,279 @@
+"""Live progress of an execution on a terminal: ``noetl run`` and ``noetl exec --wait``.
+
+A long playbook run used to print nothing until its summary. On a terminal (stdout and stderr
+both a TTY, no ``--json``) the execution's events are followed and drawn on stderr: a line when a
+step ends (with its loop's counts, or its error), a line per failed iteration (the first few of
+each step), the lines each task printed, and one status line rewritten in place (``\\r``) with the
+running steps, their loop counters and a bar for long loops, at most ten times a second.
+Everything is plain ANSI; nothing is drawn when the output is a file or a pipe, where ``\\r``
+would only make a mess, except task output, which ``noetl run`` always showed on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from noetl.cli.lines import error_text, output_lines, where
+from noetl.client.activity import Activity, StepRun
+
+log = logging.getLogger("noetl.cli")
+
+INTERVAL = 0.1  # seconds between redraws of the status line: ~10 a second at most
+BAR_MIN_TOTAL = 20  # a loop this long or longer gets a bar
+BAR_WIDTH = 20
+FAILED_SHOWN = 5  # failed iterations of one step shown on a line of their own
+_CLEAR = "\r\x1b[K"
+
+
+def wanted(json_output: bool, stdout: TextIO | None = None, stderr: TextIO | None = None) -> bool:
+    """Live progress only for a person at a terminal: with ``--json``, or with either stream
+    redirected (``noetl run x.yaml > out``), nothing is drawn."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    return not json_output and _isatty(stdout) and _isatty(stderr)
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _elapsed(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:4.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+class Progress:
+    """Draws an execution's events on ``stream``. ``live``: the status line, step lines and
+    colours (a terminal); otherwise only task output lines. Feed it events in log order."""
+
+    def __init__(
+        self,
+        stream: TextIO,
+        *,
+        live: bool,
+        width: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        interval: float = INTERVAL,
+    ) -> None:
+        self.stream, self.live, self.clock, self.interval = stream, live, clock, interval
+        self.width = width
+        self.activity = Activity()
+        self._t0 = clock()
+        self._started: dict[str, float] = {}  # step run id -> when it was first seen
+        self._failed_shown: dict[str, set[Any]] = {}  # step run id -> failed iterations on a line
+        self._last_draw = float("-inf")
+        self._status = ""  # the status line on screen now ("" when none)
+        self._closed = False
+        glyphs = "\u2713\u2717\u2588\u2591"
+        try:
+            glyphs.encode(getattr(stream, "encoding", None) or "ascii")
+        except (UnicodeEncodeError, LookupError):
+            glyphs = "+x#-"
+        self._ok, self._bad, self._full, self._empty = glyphs
+
+    def _color(self, code: str, text: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.live else text
+
+    def _print(self, line: str) -> None:
+        """A line that stays: the status line is cleared first and drawn again at the next tick
+        that is due (a burst of task output must not redraw it once per line)."""
+        if self._status:
+            self.stream.write(_CLEAR)
+            self._status = ""
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def feed(self, ev: dict[str, Any]) -> None:
+        if self._closed:
+            return
+        name = ev.get("name")
+        run = self.activity.feed(ev)
+        if run is not None:
+            self._started.setdefault(run.run_id, self.clock())
+        if name == "task.done" and "output" in (ev.get("payload") or {}):
+            p = ev["payload"]
+            entry = {
+                "step": self.activity.step_of(ev),
+                "index": self.activity.index_of(ev),
+                "task": p.get("task", ev.get("entity_id")),
+                "output": p["output"] if isinstance(p["output"], str) else "[output stored by reference]",
+            }
+            for line in output_lines(entry):
+                self._print(self._color("2", line) if self.live else line)
+        if not self.live or run is None:
+            self.tick()
+            return
+        if name == "loop.iteration.failed":
+            shown = self._failed_shown.setdefault(run.run_id, set())
+            index = (ev.get("payload") or {}).get("index")
+            if len(shown) < FAILED_SHOWN and index not in shown:  # a redelivery repeats the event
+                shown.add(index)
+                err = error_text((ev.get("payload") or {}).get("error"))
+                self._print(f"{self._color('31', self._bad)} {where(run.step, index)}  {err}")
+        elif name in ("step.done", "loop.done", "step.failed"):
+            self._ended(run)
+        self.tick()
+
+    def _ended(self, run: StepRun) -> None:
+        took = _elapsed(self.clock() - self._started.get(run.run_id, self._t0)).strip()
+        counts = ""
+        if run.loop is not None:
+            lp = run.loop
+            counts = f"  {lp.done} done" + (f", {lp.failed} failed" if lp.failed else "") + f" of {lp.total}"
+        if run.status == "failed":
+            err = error_text(run.error)
+            tail = f"  {err}" if err else ""
+            self._print(f"{self._color('31', self._bad)} {run.step}{counts}  {took}{tail}")
+        else:
+            self._print(f"{self._color('32', self._ok)} {run.step}{counts}  {took}")
+
+    def status_line(self) -> str:
+        """The running steps with their loop counters, behind the time since the start."""
+        parts: list[str] = []
+        bar_drawn = False
+        for run in self.activity.runs.values():
+            if run.status != "running":
+                continue
+            lp = run.loop
+            if lp is None:
+                parts.append(run.step)
+                continue
+            finished = lp.done + lp.failed
+            text = run.step
+            if lp.total is not None:
+                if not bar_drawn and lp.total >= BAR_MIN_TOTAL:
+                    filled = BAR_WIDTH * finished // max(lp.total, 1)
+                    text += " " + self._full * filled + self._empty * (BAR_WIDTH - filled)
+                    bar_drawn = True
+                text += f" {finished}/{lp.total}"
+            if lp.failed:
+                text += f" ({lp.failed} failed)"
+            if lp.running:
+                text += f" {len(lp.running)} running"
+            parts.append(text)
+        line = f"{_elapsed(self.clock() - self._t0)}  " + ("  |  ".join(parts) if parts else "waiting")
+        width = self.width or shutil.get_terminal_size((80, 24)).columns
+        return line[: max(width - 1, 10)]  # a wrapped line could not be rewritten in place
+
+    def tick(self, force: bool = False) -> None:
+        """Redraw the status line when ``interval`` has passed since the last drawing."""
+        if not self.live or self._closed:
+            return
+        now = self.clock()
+        if not force and now - self._last_draw < self.interval:
+            return
+        self._last_draw = now
+        line = self.status_line()
+        if line != self._status:
+            self.stream.write(_CLEAR + line)
+            self.stream.flush()
+            self._status = line
+
+    def close(self) -> None:
+        """Take the status line away: what follows (the summary) starts on a clean line."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.live and self._status:
+            self.stream.write(_CLEAR)
+            self.stream.flush()
+            self._status = ""
+
+
+async def _follow(nc: Any, execution_id: str, progress: Progress, finished: asyncio.Event) -> None:
+    """Feed ``progress`` the execution's events until ``playbook.processed``, or until the run is
+    over and nothing is left. Not live, output is all it shows: then only ``task.done`` and the
+    ``step.scheduled`` that name its step are read (a loop of a million iterations would
+    otherwise cost this process, the worker's own in ``noetl run``, two more events each)."""
+    from nats.js.api import ConsumerConfig, DeliverPolicy
+
+    from noetl.events import subjects as s
+    from noetl.events.envelope import loads
+    from noetl.events.objects import is_reference, resolve
+
+    js = nc.jetstream()
+    subjects = (
+        [s.execution_events_filter(execution_id)]
+        if progress.live
+        else [s.execution_event_filter(execution_id, n) for n in ("step.scheduled", "task.done")]
+    )
+    sub = await js.subscribe(
+        subjects[0],
+        stream=s.EVENTS_STREAM,
+        ordered_consumer=True,
+        config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.ALL, filter_subjects=subjects if len(subjects) > 1 else None
+        ),
+    )
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=progress.interval)
+            except TimeoutError:
+                if finished.is_set():
+                    return
+                progress.tick()
+                continue
+            try:
+                ev = loads(msg.data)
+            except ValueError:
+                continue
+            if not isinstance(ev, dict):
+                continue
+            p = ev.get("payload")
+            if isinstance(p, dict) and is_reference(p.get("output")):
+                with contextlib.suppress(Exception):  # shown as "stored by reference" instead
+                    p["output"] = await resolve(js, p["output"])
+            progress.feed(ev)
+            if ev.get("name") == "playbook.processed":
+                return
+            if finished.is_set() and not msg.metadata.num_pending:
+                return
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+
+
+async def _following(nc: Any, execution_id: str, progress: Progress, finished: asyncio.Event) -> None:
+    try:
+        await _follow(nc, execution_id, progress, finished)
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # progress is a courtesy: its failure must not fail the run
+        log.debug("progress stopped following %s: %s", execution_id, e)
+
+
+async def run_with_progress(
+    nc: Any, request: dict[str, Any], timeout: float | None, progress: Progress | None
+) -> dict[str, Any]:
+    """``run_and_wait`` while ``progress`` draws the execution's events; the status line is gone
+    when this returns, even on a time-out or Ctrl-C."""
+    from noetl.client.run import run_and_wait
+    from noetl.events.ids import execution_id_for
+
+    if progress is None:
+        return await run_and_wait(nc, request, timeout=timeout)
+    execution_id = request.get("execution_id") or execution_id_for(request["request_id"])
+    finished = asyncio.Event()
+    follower = asyncio.create_task(_following(nc, execution_id, progress, finished))
+    try:
+        out = await run_and_wait(nc, request, timeout=timeout)
+        finished.set()
+        await asyncio.wait({follower}, timeout=5)  # the rest of the log is stored: catch up
+        return out
+    finally:
+        if not follower.done():
+            follower.cancel()
+            await asyncio.wait({follower})
+        progress.close()
