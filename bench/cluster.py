@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from noetl.events.bus import connect
-from noetl.host.natsserver import NatsServer
 from noetl.events.streams import ensure_all
+from noetl.host.natsserver import NatsServer
 
 BIN = Path(sys.executable).parent
 FAILED_LOGS = Path(__file__).resolve().parent / "results"

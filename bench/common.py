@@ -8,9 +8,9 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
 from noetl.events.envelope import dumps, loads
-from noetl.client.run import run_and_wait
 
 
 class FinishWatch:

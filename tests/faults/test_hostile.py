@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
 from noetl.events.bus import connect
 from noetl.events.envelope import dumps, make_event
-from noetl.host.natsserver import NatsServer
 from noetl.events.streams import ensure_all
-from noetl.client.run import run_and_wait
+from noetl.host.natsserver import NatsServer
 from noetl.server.service import Server
 from noetl.worker.service import Worker
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from noetl.client.run import complete_log, wait_finished
 from noetl.client.view import execution_output
 from noetl.events import subjects as s
 from noetl.events.envelope import dumps
 from noetl.events.ids import execution_id_for
-from noetl.client.run import complete_log, wait_finished
 from tests.faults.harness import Cluster, client, count_events
 
 pytestmark = pytest.mark.slow
@@ -128,8 +128,8 @@ async def test_sigkill_server_mid_execution_of_a_playbook_over_1_mib(cluster: Cl
     succeeds; `noetl replay` of it (which resolves the same way) decides nothing differently."""
     from noetl.cli.analysis_run import read_events
     from noetl.cli.replay_diff import replay_diff
-    from noetl.store.catalog import MAX_MESSAGE_BYTES, Catalog
     from noetl.events.streams import ensure_all
+    from noetl.store.catalog import MAX_MESSAGE_BYTES, Catalog
 
     text = chain(20, 0.03) + "".join(f"# filler {i:06d} {'x' * 80}\n" for i in range(14_000))
     assert len(text.encode()) > MAX_MESSAGE_BYTES

@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
-from noetl.store.audit import AUDIT_STREAM, CREDENTIALS_AUDIT_SUBJECT
-from noetl.store.credentials import CredentialStore, generate_key
 from noetl.events.runtime import RuntimeRegistrar
 from noetl.server.api import ApiServer
 from noetl.server.api.launch import start_operations
 from noetl.server.service import Server
+from noetl.store.audit import AUDIT_STREAM, CREDENTIALS_AUDIT_SUBJECT
+from noetl.store.credentials import CredentialStore, generate_key
 from noetl.worker.service import Worker
 
 TOKEN, ADMIN = "user-" + uuid.uuid4().hex, "admin-" + uuid.uuid4().hex

@@ -9,8 +9,8 @@ import pytest
 from nats.js.errors import KeyNotFoundError
 
 from noetl.events import subjects as s
-from noetl.store.catalog import MAX_MESSAGE_BYTES, Catalog
 from noetl.events.streams import ensure_all
+from noetl.store.catalog import MAX_MESSAGE_BYTES, Catalog
 
 
 def playbook(path: str, filler_rows: int) -> str:

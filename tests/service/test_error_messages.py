@@ -8,8 +8,8 @@ import uuid
 from typing import Any
 
 from noetl.cli.output import summary
-from noetl.server.api.queries import execution_status
 from noetl.client.run import run_and_wait
+from noetl.server.api.queries import execution_status
 
 PY_FAILS = """
 apiVersion: noetl.io/v2

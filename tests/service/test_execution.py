@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events, read_messages
-from noetl.client.run import run_and_wait
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,10 +8,10 @@ import uuid
 from collections import Counter
 from typing import Any
 
+from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
 from noetl.events.bus import connect, read_execution_events
 from noetl.host.natsserver import NatsServer
-from noetl.client.run import run_and_wait
 from noetl.server.leases import PartitionLeases
 from noetl.server.service import Server
 from noetl.worker.service import Worker

@@ -7,10 +7,10 @@ import json
 import uuid
 from typing import Any
 
-from noetl.events.bus import read_execution_events
-from noetl.store.credentials import CredentialStore, generate_key
 from noetl.client.run import run_and_wait
+from noetl.events.bus import read_execution_events
 from noetl.server.service import Server
+from noetl.store.credentials import CredentialStore, generate_key
 from noetl.worker.service import Worker
 
 PLAYBOOK = """

@@ -14,9 +14,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from noetl.client.run import run_and_wait
 from noetl.events.bus import connect
 from noetl.host.natsserver import NatsServer
-from noetl.client.run import run_and_wait
 from noetl.server.service import Server
 from noetl.worker.service import Worker
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from noetl.events import subjects as s
-from noetl.store.catalog import Catalog
-from noetl.events.ids import execution_id_for
 from noetl.client.run import run_and_wait, wait_finished
+from noetl.events import subjects as s
+from noetl.events.ids import execution_id_for
 from noetl.server.service import Server
+from noetl.store.catalog import Catalog
 from noetl.worker.service import Worker
 
 ROOT = Path(__file__).resolve().parents[2]

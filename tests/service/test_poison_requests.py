@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
 from noetl.events.ids import execution_id_for
-from noetl.client.run import run_and_wait
 
 OK = """
 apiVersion: noetl.io/v2
@@ -187,7 +187,8 @@ HEAVY_CHAIN = "\n".join(
         "workflow:",
     ]
     + [
-        f"  - step: {'start' if i == 0 else f's{i}'}\n    tool: [{{name: t, kind: noop, result: \"{_HEAVY}\"}}]"
+        f"  - step: {'start' if i == 0 else f's{i}'}\n"
+        f"    tool: [{{name: t, kind: noop, result: \"{_HEAVY}\"}}]"
         + (f"\n    next: {{arcs: [{{step: s{i + 1}, args: {{x: \"{_HEAVY}\"}}}}]}}" if i < 7 else "")
         for i in range(8)
     ]

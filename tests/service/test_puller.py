@@ -10,8 +10,8 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from noetl.events.bus import connect
-from noetl.host.natsserver import NatsServer
 from noetl.events.puller import Puller, PullError
+from noetl.host.natsserver import NatsServer
 
 
 async def _setup(nc: Any, name: str, ack: AckPolicy = AckPolicy.EXPLICIT) -> Any:

@@ -12,8 +12,8 @@ import pytest
 
 from noetl.cli.analysis_run import replay
 from noetl.cli.replay_diff import render, replay_diff
-from noetl.events.bus import read_execution_events
 from noetl.client.run import run_and_wait
+from noetl.events.bus import read_execution_events
 
 ROUTE = """
 apiVersion: noetl.io/v2

@@ -19,13 +19,13 @@ import httpx
 import pytest
 
 from noetl.cli.main import build_parser
+from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
 from noetl.events.bus import connect
-from noetl.store.credentials import generate_key
 from noetl.events.runtime import RuntimeRegistrar, list_runtime
 from noetl.server.api.launch import start_operations
-from noetl.client.run import run_and_wait
 from noetl.server.service import Server
+from noetl.store.credentials import generate_key
 from noetl.worker.service import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
