@@ -151,7 +151,7 @@ async def test_noetl_logs_and_the_api_show_it(stack: dict[str, Any], nats_server
     assert {e["step"] for e in entries} == {"crunch"}
 
     code, out, err = await noetl(url, "logs", uuid.uuid4().hex)
-    assert code == 1 and "no execution" in err
+    assert code == 2 and "no execution" in err
 
     auth = {"Authorization": f"Bearer {TOKEN}"}
     async with httpx.AsyncClient(base_url=stack["api"].url, headers=auth, timeout=30) as http:

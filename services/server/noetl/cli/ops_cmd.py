@@ -60,7 +60,7 @@ async def _status(nc: Any, args: argparse.Namespace) -> int:
     out = await execution_status(nc.jetstream(), args.execution_id)
     if out is None:
         print(f"noetl: no execution {args.execution_id}", file=sys.stderr)
-        return 1
+        return 2  # no such execution, as for cancel (a usage error, not a failed run)
     if args.json:
         _print_json(out)
         return 0
@@ -96,7 +96,7 @@ async def _logs(nc: Any, args: argparse.Namespace) -> int:
     out = await execution_logs(nc.jetstream(), args.execution_id, args.step)
     if out is None:
         print(f"noetl: no execution {args.execution_id}", file=sys.stderr)
-        return 1
+        return 2  # no such execution, as for cancel (a usage error, not a failed run)
     if args.json:
         _print_json(out)
         return 0
