@@ -1,0 +1,262 @@
+"""The bus port (``noetl.events.port``) over a real nats-server, with nats-py.
+
+Each operation maps to the JetStream call that has the promised semantics: a publish with
+``Nats-Msg-Id`` (dedupe in the stream's window), ephemeral consumers without acks for reads,
+durable pull consumers with explicit acks for work queues, KV buckets and object stores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import nats.errors
+from nats.aio.client import Client as NATS
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+)
+from nats.js.api import (
+    StreamConfig as NatsStreamConfig,
+)
+from nats.js.errors import (
+    BadRequestError,
+    BucketNotFoundError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NoStreamResponseError,
+    NotFoundError,
+    ObjectNotFoundError,
+)
+
+from noetl.events.port import (
+    BusError,
+    Entry,
+    KeyExistsError,
+    Message,
+    NoStreamError,
+    PubAck,
+    QueueConfig,
+    RevisionMismatchError,
+    StreamConfig,
+)
+
+
+class NatsBus:
+    def __init__(self, nc: NATS) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+
+    async def add_stream(self, config: StreamConfig) -> None:
+        cfg = NatsStreamConfig(
+            name=config.name,
+            subjects=list(config.subjects),
+            retention=RetentionPolicy.WORK_QUEUE if config.work_queue else RetentionPolicy.LIMITS,
+            duplicate_window=config.duplicate_window,
+            storage=StorageType.FILE,
+        )
+        try:
+            await self.js.add_stream(cfg)
+        except BadRequestError:
+            await self.js.update_stream(cfg)
+
+    async def publish(self, subject: str, data: bytes, *, msg_id: str | None = None) -> PubAck:
+        headers = {"Nats-Msg-Id": msg_id} if msg_id is not None else None
+        try:
+            ack = await self.js.publish(subject, data, headers=headers)
+        except (NoStreamResponseError, nats.errors.NoRespondersError) as e:
+            raise NoStreamError(f"no stream takes subject {subject}") from e
+        return PubAck(ack.seq, duplicate=bool(ack.duplicate))
+
+    async def _consumer(self, stream: str, filters: list[str], start_seq: int) -> tuple[str, int]:
+        cfg = ConsumerConfig(
+            ack_policy=AckPolicy.NONE,
+            inactive_threshold=30.0,
+            mem_storage=True,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start_seq > 1 else DeliverPolicy.ALL,
+            opt_start_seq=start_seq if start_seq > 1 else None,
+        )
+        if len(filters) == 1:
+            cfg.filter_subject = filters[0]
+        else:
+            cfg.filter_subjects = filters
+        try:
+            info = await self.js.add_consumer(stream, cfg)
+        except NotFoundError as e:
+            raise NoStreamError(f"stream {stream} not found") from e
+        except BadRequestError as e:  # e.g. a reader without acks on a work-queue stream
+            raise BusError(f"stream {stream}: {e.description}") from e
+        return info.name, info.num_pending or 0
+
+    async def read(
+        self, stream: str, filters: list[str], *, start_seq: int = 1, before_seq: int | None = None
+    ) -> list[Message]:
+        name, remaining = await self._consumer(stream, filters, start_seq)
+        out: list[Message] = []
+        try:
+            if remaining:
+                sub = await self.js.pull_subscribe_bind(consumer=name, stream=stream)
+                try:
+                    while remaining > 0:
+                        for m in await sub.fetch(min(remaining, 512), timeout=10):
+                            remaining -= 1
+                            seq = m.metadata.sequence.stream
+                            if before_seq is not None and seq >= before_seq:
+                                remaining = 0
+                                break
+                            out.append(Message(m.subject, m.data, seq))
+                finally:
+                    await sub.unsubscribe()
+        finally:
+            with contextlib.suppress(Exception):
+                await self.js.delete_consumer(stream, name)
+        return out
+
+    async def follow(self, stream: str, filters: list[str], *, start_seq: int = 1) -> AsyncIterator[Message]:
+        name, _ = await self._consumer(stream, filters, start_seq)
+        sub = await self.js.pull_subscribe_bind(consumer=name, stream=stream)
+        try:
+            while True:
+                try:
+                    msgs = await sub.fetch(256, timeout=1.0)
+                except nats.errors.TimeoutError:
+                    continue
+                for m in msgs:
+                    yield Message(m.subject, m.data, m.metadata.sequence.stream)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+            with contextlib.suppress(Exception):
+                await self.js.delete_consumer(stream, name)
+
+    async def last(self, stream: str, subject: str) -> Message | None:
+        try:
+            m = await self.js.get_last_msg(stream, subject)
+        except NotFoundError:
+            return None
+        return Message(m.subject or subject, m.data or b"", m.seq or 0)
+
+    async def count(self, stream: str) -> int:
+        info = await self.js.stream_info(stream)
+        return int(info.state.messages)
+
+    async def purge(self, stream: str, subject: str | None = None) -> None:
+        await self.js.purge_stream(stream, subject=subject)
+
+    async def queue(self, config: QueueConfig) -> _NatsQueue:
+        cfg = ConsumerConfig(
+            durable_name=config.consumer,
+            filter_subject=config.filter,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=config.ack_wait,
+            max_deliver=config.max_deliver,
+        )
+        await self.js.add_consumer(config.stream, cfg)
+        sub = await self.js.pull_subscribe_bind(consumer=config.consumer, stream=config.stream)
+        return _NatsQueue(sub)
+
+    async def kv(self, bucket: str, *, ttl: float | None = None) -> _NatsKeyValue:
+        try:
+            kv = await self.js.key_value(bucket)
+        except BucketNotFoundError:
+            kv = await self.js.create_key_value(KeyValueConfig(bucket=bucket, ttl=ttl))
+        return _NatsKeyValue(kv)
+
+    async def objects(self, bucket: str) -> _NatsObjects:
+        try:
+            store = await self.js.object_store(bucket)
+        except (BucketNotFoundError, NotFoundError):
+            store = await self.js.create_object_store(bucket)
+        return _NatsObjects(store)
+
+
+class _NatsDelivery:
+    def __init__(self, msg: Any) -> None:
+        self._msg = msg
+        self.subject, self.data = msg.subject, msg.data
+        self.seq = msg.metadata.sequence.stream
+        self.delivered = msg.metadata.num_delivered
+
+    async def ack(self) -> None:
+        await self._msg.ack_sync()
+
+    async def nak(self, delay: float = 0.0) -> None:
+        await self._msg.nak(delay=delay or None)
+
+    async def in_progress(self) -> None:
+        await self._msg.in_progress()
+
+    async def term(self) -> None:
+        await self._msg.term()
+
+
+class _NatsQueue:
+    def __init__(self, sub: Any) -> None:
+        self._sub = sub
+
+    async def fetch(self, batch: int, timeout: float) -> list[_NatsDelivery]:
+        try:
+            msgs = await self._sub.fetch(batch, timeout=max(timeout, 0.01))
+        except (TimeoutError, nats.errors.TimeoutError):
+            return []
+        return [_NatsDelivery(m) for m in msgs]
+
+
+class _NatsKeyValue:
+    def __init__(self, kv: Any) -> None:
+        self._kv = kv
+
+    async def get(self, key: str) -> Entry | None:
+        try:
+            e = await self._kv.get(key)
+        except KeyNotFoundError:
+            return None
+        return Entry(key, e.value or b"", e.revision or 0)
+
+    async def put(self, key: str, value: bytes) -> int:
+        return int(await self._kv.put(key, value))
+
+    async def create(self, key: str, value: bytes) -> int:
+        try:
+            return int(await self._kv.create(key, value))
+        except KeyWrongLastSequenceError as e:
+            raise KeyExistsError(f"key {key} exists") from e
+
+    async def update(self, key: str, value: bytes, last: int) -> int:
+        try:
+            return int(await self._kv.update(key, value, last=last))
+        except KeyWrongLastSequenceError as e:
+            raise RevisionMismatchError(f"key {key}: revision {last} is not the last one") from e
+
+    async def delete(self, key: str) -> None:
+        with contextlib.suppress(KeyNotFoundError):
+            await self._kv.delete(key)
+
+    async def keys(self, prefix: str = "") -> list[str]:
+        try:
+            keys = await self._kv.keys()
+        except Exception as e:  # nats-py raises NoKeysError for an empty bucket
+            if type(e).__name__ == "NoKeysError":
+                return []
+            raise
+        return sorted(k for k in keys if k.startswith(prefix))
+
+
+class _NatsObjects:
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    async def put(self, name: str, data: bytes) -> None:
+        await self._store.put(name, data)
+
+    async def get(self, name: str) -> bytes | None:
+        try:
+            got = await self._store.get(name)
+        except (ObjectNotFoundError, NotFoundError):
+            return None
+        return bytes(got.data or b"")

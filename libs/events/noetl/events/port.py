@@ -1,0 +1,155 @@
+"""The bus port: the JetStream operations server and worker need, as one interface.
+
+Two implementations keep the same semantics: ``noetl.events.nats_port.NatsBus`` over a real
+nats-server, and ``noetl.events.memory.MemoryBus`` in the process, so behaviour tests of the
+engine's surroundings run in milliseconds without a nats-server while the fault and cluster
+proofs keep the real one. ``tests/service/test_bus_port.py`` runs one contract against both.
+
+What the operations promise (JetStream's own rules, kept by the twin):
+- ``publish`` stores a message in the stream whose subjects match, in order; a ``msg_id`` seen
+  within the stream's duplicate window stores nothing and answers the first sequence.
+- ``read`` and ``follow`` see a stream's messages in sequence order, filtered by subject
+  (NATS wildcards ``*`` and ``>``); ``follow`` waits for new ones. A work-queue stream is read
+  only through its queue (``BusError`` otherwise, as JetStream refuses such a reader).
+- A work queue hands each message to one fetcher; one not acknowledged within ``ack_wait`` is
+  delivered again, ``nak(delay)`` delivers it again after the delay, ``term`` never again, and
+  after ``max_deliver`` deliveries it is not delivered any more (-1: no limit). An acknowledged
+  message leaves a work-queue stream.
+- A key-value bucket keeps the last value of each key with a revision; ``create`` fails when the
+  key has a value, ``update`` when the revision is not the last one; a bucket with a ``ttl``
+  forgets a key that long after its last write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class BusError(Exception):
+    """A transport failure the caller may retry (the twin raises it as NATS would)."""
+
+
+class NoStreamError(BusError):
+    """No stream takes the subject: the publish can never succeed until one is declared."""
+
+
+class KeyExistsError(BusError):
+    """``create`` of a key that has a value."""
+
+
+class RevisionMismatchError(BusError):
+    """``update`` with a revision that is not the key's last one."""
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    name: str
+    subjects: tuple[str, ...]
+    work_queue: bool = False  # messages leave the stream when acknowledged
+    duplicate_window: float = 120.0  # seconds a msg_id is remembered
+
+
+@dataclass(frozen=True)
+class Message:
+    subject: str
+    data: bytes
+    seq: int
+
+
+@dataclass(frozen=True)
+class PubAck:
+    seq: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    value: bytes
+    revision: int
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    stream: str
+    consumer: str  # durable: fetchers of the same name share the deliveries
+    filter: str
+    ack_wait: float = 30.0
+    max_deliver: int = -1
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class Delivery(Protocol):
+    subject: str
+    data: bytes
+    seq: int
+    delivered: int  # how many times this message has been handed out, this time included
+
+    async def ack(self) -> None: ...
+
+    async def nak(self, delay: float = 0.0) -> None: ...
+
+    async def in_progress(self) -> None: ...
+
+    async def term(self) -> None: ...
+
+
+class WorkQueue(Protocol):
+    async def fetch(self, batch: int, timeout: float) -> list[Delivery]: ...
+
+
+class KeyValue(Protocol):
+    async def get(self, key: str) -> Entry | None: ...
+
+    async def put(self, key: str, value: bytes) -> int: ...
+
+    async def create(self, key: str, value: bytes) -> int: ...
+
+    async def update(self, key: str, value: bytes, last: int) -> int: ...
+
+    async def delete(self, key: str) -> None: ...
+
+    async def keys(self, prefix: str = "") -> list[str]: ...
+
+
+class ObjectStore(Protocol):
+    async def put(self, name: str, data: bytes) -> None: ...
+
+    async def get(self, name: str) -> bytes | None: ...
+
+
+class Bus(Protocol):
+    async def add_stream(self, config: StreamConfig) -> None: ...
+
+    async def publish(self, subject: str, data: bytes, *, msg_id: str | None = None) -> PubAck: ...
+
+    async def read(
+        self, stream: str, filters: list[str], *, start_seq: int = 1, before_seq: int | None = None
+    ) -> list[Message]: ...
+
+    def follow(self, stream: str, filters: list[str], *, start_seq: int = 1) -> AsyncIterator[Message]: ...
+
+    async def last(self, stream: str, subject: str) -> Message | None: ...
+
+    async def count(self, stream: str) -> int: ...
+
+    async def purge(self, stream: str, subject: str | None = None) -> None: ...
+
+    async def queue(self, config: QueueConfig) -> WorkQueue: ...
+
+    async def kv(self, bucket: str, *, ttl: float | None = None) -> KeyValue: ...
+
+    async def objects(self, bucket: str) -> ObjectStore: ...
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: ``*`` is one token, ``>`` one or more at the end."""
+    want, have = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or (token != "*" and token != have[i]):
+            return False
+    return len(want) == len(have)

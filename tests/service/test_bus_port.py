@@ -1,0 +1,176 @@
+"""One contract, two buses: the in-memory twin keeps JetStream's semantics (issue 16).
+
+Every test runs against ``MemoryBus`` and against ``NatsBus`` on the session's real nats-server;
+a difference between them is a bug of the twin. Names carry a random suffix: the nats-server is
+shared by the whole session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from noetl.events.memory import MemoryBus
+from noetl.events.nats_port import NatsBus
+from noetl.events.port import (
+    BusError,
+    KeyExistsError,
+    NoStreamError,
+    QueueConfig,
+    RevisionMismatchError,
+    StreamConfig,
+    subject_matches,
+)
+
+
+@pytest.fixture(params=["memory", "nats"])
+async def bus(request: Any, nats_server: Any) -> AsyncIterator[Any]:
+    if request.param == "memory":
+        yield MemoryBus()
+        return
+    from noetl.events.bus import connect
+
+    nc = await connect(nats_server.url, name="noetl-port-test")
+    try:
+        yield NatsBus(nc)
+    finally:
+        await nc.close()
+
+
+def _names() -> tuple[str, str]:
+    tag = uuid.uuid4().hex[:8]
+    return f"PORT_{tag}", f"port{tag}"
+
+
+def test_subject_matching() -> None:
+    assert subject_matches("a.*.c", "a.b.c") and not subject_matches("a.*.c", "a.b.d")
+    assert subject_matches("a.>", "a.b.c") and not subject_matches("a.>", "a")
+    assert not subject_matches("a.b", "a.b.c") and subject_matches("a.b", "a.b")
+
+
+async def test_publish_orders_filters_and_drops_duplicates(bus: Any) -> None:
+    stream, prefix = _names()
+    await bus.add_stream(StreamConfig(stream, (f"{prefix}.>",)))
+    first = await bus.publish(f"{prefix}.x.one", b"1", msg_id="m1")
+    again = await bus.publish(f"{prefix}.x.one", b"1 again", msg_id="m1")
+    await bus.publish(f"{prefix}.y.two", b"2", msg_id="m2")
+    await bus.publish(f"{prefix}.x.three", b"3")
+    assert again.duplicate and again.seq == first.seq and not first.duplicate
+    every = await bus.read(stream, [f"{prefix}.>"])
+    assert [m.data for m in every] == [b"1", b"2", b"3"], every
+    assert [m.data for m in await bus.read(stream, [f"{prefix}.x.*"])] == [b"1", b"3"]
+    seqs = [m.seq for m in every]
+    assert [m.data for m in await bus.read(stream, [f"{prefix}.>"], start_seq=seqs[1])] == [b"2", b"3"]
+    assert [m.data for m in await bus.read(stream, [f"{prefix}.>"], before_seq=seqs[2])] == [b"1", b"2"]
+    last = await bus.last(stream, f"{prefix}.x.*")
+    assert last is not None and last.data == b"3"
+    assert await bus.last(stream, f"{prefix}.z.*") is None
+    await bus.purge(stream, f"{prefix}.x.>")
+    assert [m.data for m in await bus.read(stream, [f"{prefix}.>"])] == [b"2"]
+
+
+async def test_a_subject_no_stream_takes_is_refused(bus: Any) -> None:
+    _, prefix = _names()
+    with pytest.raises(NoStreamError):
+        await bus.publish(f"{prefix}.nowhere", b"x")
+
+
+async def test_follow_sees_old_and_new_messages_in_order(bus: Any) -> None:
+    stream, prefix = _names()
+    await bus.add_stream(StreamConfig(stream, (f"{prefix}.>",)))
+    await bus.publish(f"{prefix}.a", b"0")
+    seen: list[bytes] = []
+
+    async def reader() -> None:
+        async for m in bus.follow(stream, [f"{prefix}.a"]):
+            seen.append(m.data)
+            if len(seen) == 3:
+                return
+
+    task = asyncio.create_task(reader())
+    await asyncio.sleep(0.05)
+    await bus.publish(f"{prefix}.b", b"not followed")
+    await bus.publish(f"{prefix}.a", b"1")
+    await bus.publish(f"{prefix}.a", b"2")
+    await asyncio.wait_for(task, 10)
+    assert seen == [b"0", b"1", b"2"]
+
+
+async def test_work_queue_acks_redelivers_and_stops_at_max_deliver(bus: Any) -> None:
+    stream, prefix = _names()
+    await bus.add_stream(StreamConfig(stream, (f"{prefix}.>",), work_queue=True))
+    q = await bus.queue(QueueConfig(stream, f"c{prefix}", f"{prefix}.>", ack_wait=0.5, max_deliver=2))
+    for i in range(3):
+        await bus.publish(f"{prefix}.cmd", str(i).encode(), msg_id=f"c{i}")
+    got = await q.fetch(10, 2.0)
+    assert [d.data for d in got] == [b"0", b"1", b"2"] and all(d.delivered == 1 for d in got)
+    await got[0].ack()  # done: gone from the work-queue stream
+    await got[1].nak(0.2)  # again after 0.2 s
+    # got[2] is neither acked nor naked: again after ack_wait (0.5 s)
+    assert await q.fetch(10, 0.05) == []
+    again = await q.fetch(10, 2.0)
+    assert [(d.data, d.delivered) for d in again] == [(b"1", 2)], again
+    later = await q.fetch(10, 2.0)
+    assert [(d.data, d.delivered) for d in later] == [(b"2", 2)], later
+    await again[0].term()
+    # max_deliver 2: the unanswered one is not handed out a third time
+    assert await q.fetch(10, 1.0) == []
+    assert await bus.count(stream) == 1, "the acked and the terminated message left; the other stays"
+    with pytest.raises(BusError):  # a work queue is read through its queue only
+        await bus.read(stream, [f"{prefix}.>"])
+
+
+async def test_in_progress_holds_a_delivery(bus: Any) -> None:
+    stream, prefix = _names()
+    await bus.add_stream(StreamConfig(stream, (f"{prefix}.>",), work_queue=True))
+    q = await bus.queue(QueueConfig(stream, f"c{prefix}", f"{prefix}.>", ack_wait=0.6))
+    await bus.publish(f"{prefix}.cmd", b"long")
+    (d,) = await q.fetch(1, 2.0)
+    for _ in range(3):  # 0.9 s in all, past ack_wait, but kept alive
+        await asyncio.sleep(0.3)
+        await d.in_progress()
+    assert await q.fetch(1, 0.1) == []
+    await d.ack()
+    assert await q.fetch(1, 0.8) == []
+
+
+async def test_key_value_revisions_create_update_delete(bus: Any) -> None:
+    _, prefix = _names()
+    kv = await bus.kv(f"kv{prefix}")
+    assert await kv.get("a") is None
+    r1 = await kv.create("a", b"1")
+    with pytest.raises(KeyExistsError):
+        await kv.create("a", b"again")
+    r2 = await kv.update("a", b"2", last=r1)
+    with pytest.raises(RevisionMismatchError):
+        await kv.update("a", b"3", last=r1)
+    got = await kv.get("a")
+    assert got is not None and got.value == b"2" and got.revision == r2 > r1
+    await kv.put("member.x", b"x")
+    await kv.put("member.y", b"y")
+    assert await kv.keys("member.") == ["member.x", "member.y"]
+    await kv.delete("a")
+    assert await kv.get("a") is None
+    await kv.create("a", b"after delete")  # a deleted key can be created again
+
+
+async def test_key_value_ttl_forgets_a_key(bus: Any) -> None:
+    _, prefix = _names()
+    kv = await bus.kv(f"ttl{prefix}", ttl=1.0)
+    await kv.put("lease", b"me")
+    assert await kv.get("lease") is not None
+    await asyncio.sleep(1.5)
+    assert await kv.get("lease") is None
+
+
+async def test_object_store_round_trip(bus: Any) -> None:
+    _, prefix = _names()
+    store = await bus.objects(f"obj{prefix}")
+    data = bytes(range(256)) * 4096  # 1 MiB: several chunks on NATS
+    await store.put("exec/1/result", data)
+    assert await store.get("exec/1/result") == data
+    assert await store.get("exec/1/none") is None
