@@ -19,6 +19,7 @@ from noetl.dsl.errors import EventBytesLimitError, ExecutionCancelledError, Keyc
 from noetl.dsl.specmerge import deep_merge
 from noetl.engine import loops, routing
 from noetl.engine.emitter import Decision, Emitter
+from noetl.engine.endings import ending
 from noetl.engine.limits import DEFAULT_MAX_EVENT_BYTES, by_reference, execution_limit, size
 from noetl.engine.state import ExecutionState
 from noetl.events.envelope import trace_of
@@ -144,22 +145,7 @@ def _maybe_finish(state: ExecutionState, em: Emitter) -> None:
     state.finished = True
     state.status = "cancelled" if state.cancelled else "failed" if state.failed else "success"
     ctx = by_reference(state, state.ctx, f"{state.execution_id}/ctx", em.out) if state.ctx else state.ctx
-    em.event(
-        "workflow.finished",
-        "workflow",
-        state.execution_id,
-        "error" if state.failed else "success",
-        {
-            "status": state.status,
-            "result": None if state.failed else state.result,
-            "error": state.error,
-            "ctx": ctx,
-        },
-    )
-    em.event(
-        "playbook.processed",
-        "playbook",
-        state.execution_id,
-        "error" if state.failed else "success",
-        {"status": state.status},
-    )
+    for name, entity_type, status, payload in ending(
+        state.status, result=None if state.failed else state.result, error=state.error, ctx=ctx
+    ):
+        em.event(name, entity_type, state.execution_id, status, payload)

@@ -22,6 +22,7 @@ from noetl.dsl.errors import (
     reply_error,
 )
 from noetl.dsl.names import execution_id_problem, request_id_problem
+from noetl.engine.endings import ending
 from noetl.events import subjects as s
 from noetl.events.bus import publish_all
 from noetl.events.clock import utc_now
@@ -277,18 +278,15 @@ class RequestHandler:
         """A rejected request still ends in ``workflow.finished``, so a waiting client learns why."""
         log.warning("request for %s rejected: %s", execution_id, error.get("message"))
         msgs = []
-        for name, status, payload in (
-            ("playbook.request.evaluated", "error", {"error": error}),
-            ("workflow.finished", "error", {"status": "failed", "result": None, "error": error, "ctx": {}}),
-            ("playbook.processed", "error", {"status": "failed"}),
-        ):
+        closing = [("playbook.request.evaluated", "playbook", "error", {"error": error})]
+        for name, entity_type, status, payload in closing + ending("failed", error=error):
             ev = make_event(
                 event_id=derive_id("rejected", execution_id, name),
                 execution_id=execution_id,
                 timestamp=utc_now(),
                 source="server",
                 name=name,
-                entity_type="playbook" if name.startswith("playbook") else "workflow",
+                entity_type=entity_type,  # type: ignore[arg-type]
                 entity_id=execution_id,
                 status=status,
                 payload=payload,  # type: ignore[arg-type]

@@ -28,6 +28,7 @@ from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
 
 from noetl.dsl.errors import DecisionUnstorableError, DeploymentError
 from noetl.engine import ExecutionState, decide, is_input, new_state
+from noetl.engine.endings import ending
 from noetl.engine.fold import replay
 from noetl.events import subjects as s
 from noetl.events.bus import read_messages
@@ -456,19 +457,16 @@ class Server:
             ).to_dict()
             log.error("execution %s: %s", eid, err["message"])
             refusal = []
-            for name, payload in (
-                ("workflow.finished", {"status": "failed", "result": None, "error": err, "ctx": {}}),
-                ("playbook.processed", {"status": "failed"}),
-            ):
+            for name, entity_type, status, payload in ending("failed", error=err):
                 ev = make_event(
                     event_id=derive_id(g.cause["event_id"], "unstorable", name),
                     execution_id=eid,
                     timestamp=g.cause.get("timestamp") or utc_now(),
                     source="server",
                     name=name,
-                    entity_type="workflow" if name.startswith("workflow") else "playbook",
+                    entity_type=entity_type,  # type: ignore[arg-type]
                     entity_id=eid,
-                    status="error",
+                    status=status,  # type: ignore[arg-type]
                     payload=payload,  # type: ignore[arg-type]
                     cause_id=g.cause["event_id"],
                 )

@@ -1,0 +1,26 @@
+"""How an execution ends on the wire: ``workflow.finished`` then ``playbook.processed``.
+
+One definition for every way an execution ends: the engine when no token is left, the request
+adapter when it rejects a request, the server when JetStream refuses a decision for good. A
+client waiting on either event reads the same shape whichever path wrote it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def ending(
+    status: str, *, result: Any = None, error: dict[str, Any] | None = None, ctx: Any = None
+) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """``(name, entity_type, event status, payload)`` of the two closing events, in order."""
+    outcome = "success" if status == "success" else "error"
+    return [
+        (
+            "workflow.finished",
+            "workflow",
+            outcome,
+            {"status": status, "result": result, "error": error, "ctx": ctx if ctx is not None else {}},
+        ),
+        ("playbook.processed", "playbook", outcome, {"status": status}),
+    ]
