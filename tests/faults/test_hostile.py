@@ -168,3 +168,38 @@ async def test_a_thousand_executions_requested_at_once_all_finish(system: Any) -
     finally:
         await sub.unsubscribe()
     assert len(finished) == 1000
+
+
+async def test_newer_and_malformed_commands_and_events_are_refused_not_misread(system: Any) -> None:
+    """Issue 16: a message is decoded once at the edge and its schema_version read. A command of
+    a newer version is left for a newer worker (nak), a malformed one is dropped for good (term);
+    the deployment goes on (the server's side is in tests/unit/test_wire_decode.py)."""
+    js = system.jetstream()
+    newer = make_event(
+        event_id="newer-1",
+        execution_id="3" * 32,
+        timestamp="t",
+        source="worker",
+        name="step.done",
+        entity_type="step",
+        entity_id="start",
+        status="success",
+        step_run_id="r",
+    )
+    newer["schema_version"] = 99
+    await js.publish(s.event_subject(0, "3" * 32, "step.done"), dumps(newer))
+    await js.publish(s.command_subject(s.DEFAULT_POOL), b'{"command_id": 7}')
+    future = {"command_id": "c", "execution_id": "4" * 32, "step": "x", "step_run_id": "r"}
+    future["schema_version"] = 99
+    await js.publish(s.command_subject(s.DEFAULT_POOL), dumps(future))
+    await still_works(system)
+    import asyncio
+
+    left = -1
+    for _ in range(60):  # the malformed command is dropped, the newer one waits for a newer worker
+        left = (await js.stream_info(s.COMMANDS_STREAM)).state.messages
+        if left == 1:
+            break
+        await asyncio.sleep(0.05)
+    await js.purge_stream(s.COMMANDS_STREAM)
+    assert left == 1, f"{left} commands left in {s.COMMANDS_STREAM}; expected only the newer one"

@@ -110,6 +110,53 @@ def trace_of(event: dict[str, Any]) -> str:
     return str(event.get("trace_id") or event["execution_id"])
 
 
+class WireError(ValueError):
+    """A message that is not an event or command this process can read: malformed JSON, a
+    missing or mistyped envelope field, or a ``schema_version`` newer than it knows."""
+
+    def __init__(self, message: str, *, newer: bool = False) -> None:
+        super().__init__(message)
+        self.newer = newer
+
+
+_EVENT_FIELDS = ("event_id", "execution_id", "name", "status")
+_COMMAND_FIELDS = ("command_id", "execution_id", "step", "step_run_id")
+
+
+def _decode(data: bytes | str, required: tuple[str, ...], what: str) -> dict[str, Any]:
+    try:
+        obj = loads(data)
+    except ValueError as e:
+        raise WireError(f"{what} is not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise WireError(f"{what} is a JSON {type(obj).__name__}, not an object")
+    bad = [k for k in required if not isinstance(obj.get(k), str)]
+    if bad:
+        raise WireError(f"{what} lacks the text field(s) {', '.join(bad)}")
+    version = obj.get("schema_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise WireError(f"{what} has schema_version {version!r}, not a whole number")
+    if version > SCHEMA_VERSION:
+        raise WireError(
+            f"{what} has schema_version {version}; this process reads up to {SCHEMA_VERSION}: "
+            "upgrade it (servers before workers, docs/operations.md)",
+            newer=True,
+        )
+    return obj
+
+
+def decode_event(data: bytes | str) -> dict[str, Any]:
+    """The one place an event enters a process: the envelope's fields checked, the version read.
+    Fields a newer writer added are kept and ignored (open world); a newer major version is
+    refused rather than misread."""
+    return _decode(data, _EVENT_FIELDS, "event")
+
+
+def decode_command(data: bytes | str) -> dict[str, Any]:
+    """The one place a command enters a worker (see ``decode_event``)."""
+    return _decode(data, _COMMAND_FIELDS, "command")
+
+
 def _fallback(value: Any) -> Any:
     return str(value)
 

@@ -33,7 +33,7 @@ from noetl.engine.fold import replay
 from noetl.events import subjects as s
 from noetl.events.bus import read_messages
 from noetl.events.clock import utc_now
-from noetl.events.envelope import dumps, loads, make_event
+from noetl.events.envelope import WireError, decode_event, dumps, make_event
 from noetl.events.ids import derive_id
 from noetl.events.outbox import Outbox
 from noetl.events.publisher import Publisher, ignore_result
@@ -360,11 +360,11 @@ class Server:
         for msg in batch:
             last_seq = stream_sequence(msg)
             try:
-                event = loads(msg.data)
-            except ValueError:
-                log.warning("ignored a malformed message on %s", msg.subject)
+                event = decode_event(msg.data)
+            except WireError as e:
+                (log.error if e.newer else log.warning)("ignored a message on %s: %s", msg.subject, e)
                 continue
-            if not isinstance(event, dict) or not is_input(event):
+            if not is_input(event):
                 continue
             if event.get("execution_id") in self.lanes:
                 self.lanes.put(event["execution_id"], last_seq, event)

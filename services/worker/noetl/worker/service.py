@@ -39,7 +39,7 @@ from noetl.dsl.names import pool_problem
 from noetl.dsl.specmerge import effective_step_spec
 from noetl.events import subjects as s
 from noetl.events.clock import utc_now
-from noetl.events.envelope import dumps, loads, make_event
+from noetl.events.envelope import WireError, decode_command, dumps, loads, make_event
 from noetl.events.histogram import Histogram
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
@@ -213,7 +213,16 @@ class Worker:
     async def _handle(self, msg: Any) -> None:
         self._leases[id(msg)] = msg
         try:
-            cmd = loads(msg.data)
+            try:
+                cmd = decode_command(msg.data)
+            except WireError as e:
+                if e.newer:  # a newer worker beside this one can run it
+                    log.error("command left for a newer worker: %s", e)
+                    await msg.nak(delay=5)
+                else:  # no worker can ever run it: drop it instead of redelivering forever
+                    log.error("dropped a malformed command on %s: %s", msg.subject, e)
+                    await msg.term()
+                return
             if delivered(msg) >= MAX_DELIVER and MAX_DELIVER > 1:
                 await self._worker_lost(cmd, delivered(msg))
             else:
