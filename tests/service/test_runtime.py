@@ -131,7 +131,7 @@ async def test_operations_commands(nc, capsys, monkeypatch, tmp_path) -> None:  
         assert rc == 0 and status["status"] == "success" and status["result"] == 7
         rc, text, _ = await cli(nc, capsys, "status", eid)
         assert rc == 0 and text.startswith(f"execution {eid}: success")
-        assert (await cli(nc, capsys, "status", uuid.uuid4().hex))[0] == 1
+        assert (await cli(nc, capsys, "status", uuid.uuid4().hex))[0] == 2  # no such execution, as for cancel
 
         rc, text, _ = await cli(nc, capsys, "events", eid, "--json")
         names = [json.loads(line)["name"] for line in text.splitlines()]

@@ -8,16 +8,17 @@ durable pull consumers with explicit acks for work queues, KV buckets and object
 from __future__ import annotations
 
 import contextlib
+import io
 from collections.abc import AsyncIterator
 from typing import Any
 
 import nats.errors
 from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
     DeliverPolicy,
-    KeyValueConfig,
     RetentionPolicy,
     StorageType,
 )
@@ -26,7 +27,6 @@ from nats.js.api import (
 )
 from nats.js.errors import (
     BadRequestError,
-    BucketNotFoundError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
     NoStreamResponseError,
@@ -45,12 +45,21 @@ from noetl.events.port import (
     RevisionMismatchError,
     StreamConfig,
 )
+from noetl.events.streams import ensure_kv, ensure_object_store
 
 
 class NatsBus:
-    def __init__(self, nc: NATS) -> None:
+    """``replicas``: copies of the buckets this bus creates (``NOETL_REPLICAS`` when None)."""
+
+    def __init__(self, nc: NATS, *, replicas: int | None = None) -> None:
         self.nc = nc
         self.js = nc.jetstream()
+        self.replicas = replicas
+
+    @classmethod
+    def of(cls, js: JetStreamContext, *, replicas: int | None = None) -> NatsBus:
+        """The bus of a JetStream context callers already hold."""
+        return cls(js._nc, replicas=replicas)
 
     async def add_stream(self, config: StreamConfig) -> None:
         cfg = NatsStreamConfig(
@@ -161,18 +170,10 @@ class NatsBus:
         return _NatsQueue(sub)
 
     async def kv(self, bucket: str, *, ttl: float | None = None) -> _NatsKeyValue:
-        try:
-            kv = await self.js.key_value(bucket)
-        except BucketNotFoundError:
-            kv = await self.js.create_key_value(KeyValueConfig(bucket=bucket, ttl=ttl))
-        return _NatsKeyValue(kv)
+        return _NatsKeyValue(await ensure_kv(self.js, bucket, ttl=ttl, replicas=self.replicas))
 
     async def objects(self, bucket: str) -> _NatsObjects:
-        try:
-            store = await self.js.object_store(bucket)
-        except (BucketNotFoundError, NotFoundError):
-            store = await self.js.create_object_store(bucket)
-        return _NatsObjects(store)
+        return _NatsObjects(await ensure_object_store(self.js, bucket, replicas=self.replicas))
 
 
 class _NatsDelivery:
@@ -255,8 +256,9 @@ class _NatsObjects:
         await self._store.put(name, data)
 
     async def get(self, name: str) -> bytes | None:
+        buf = io.BytesIO()  # writeinto: nats-py's plain get is quadratic in the object's size
         try:
-            got = await self._store.get(name)
+            await self._store.get(name, writeinto=buf)
         except (ObjectNotFoundError, NotFoundError):
             return None
-        return bytes(got.data or b"")
+        return buf.getvalue()

@@ -11,18 +11,13 @@ KV like any other.
 
 from __future__ import annotations
 
-import io
 import json
 from typing import Any
-
-from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError, ObjectNotFoundError
-from nats.js.object_store import ObjectStore
 
 from noetl.dsl import load_playbook
 from noetl.dsl.cache import digest_of
 from noetl.events import subjects as s
-from noetl.events.streams import ensure_object_store
+from noetl.events.port import Bus, KeyValue, ObjectStore
 
 # The body of one JetStream message (a KV value, an event), leaving room in NATS's 1 MiB limit
 # for the subject and headers.
@@ -30,19 +25,26 @@ MAX_MESSAGE_BYTES = 1_000_000
 
 
 class Catalog:
-    def __init__(self, kv: Any, js: JetStreamContext) -> None:
-        self.kv, self.js = kv, js
+    """On the bus port (``noetl.events.port``): the same catalog over NATS or in memory."""
+
+    def __init__(self, kv: KeyValue, bus: Bus) -> None:
+        self.kv, self.bus = kv, bus
         self._objects: ObjectStore | None = None
         self._known: set[str] = set()
 
     @classmethod
-    async def open(cls, js: JetStreamContext) -> Catalog:
-        return cls(await js.key_value(s.CATALOG_BUCKET), js)
+    async def open(cls, bus: Any) -> Catalog:
+        """``bus``: a ``Bus``, or a nats-py JetStream context (wrapped in a ``NatsBus``)."""
+        if not hasattr(bus, "objects"):
+            from noetl.events.nats_port import NatsBus
+
+            bus = NatsBus.of(bus)
+        return cls(await bus.kv(s.CATALOG_BUCKET), bus)
 
     async def _object_store(self) -> ObjectStore:
         """Opened on first use, and created if missing (services that predate it)."""
         if self._objects is None:
-            self._objects = await ensure_object_store(self.js, s.CATALOG_OBJECT_BUCKET)
+            self._objects = await self.bus.objects(s.CATALOG_OBJECT_BUCKET)
         return self._objects
 
     async def register(self, text: str, file: str = "<playbook>") -> dict[str, Any]:
@@ -65,30 +67,20 @@ class Catalog:
         data = text.encode()
         if len(data) <= MAX_MESSAGE_BYTES:
             key = s.catalog_digest_key(digest)
-            try:
-                await self.kv.get(key)
-            except KeyNotFoundError:
+            if await self.kv.get(key) is None:
                 await self.kv.put(key, data)
         else:
             objects = await self._object_store()
-            try:
-                await objects.get_info(digest)
-            except ObjectNotFoundError:
+            if await objects.get(digest) is None:
                 await objects.put(digest, data)
         self._known.add(digest)   # content-addressed: once stored, never changes
 
     async def get_by_digest(self, digest: str) -> str | None:
-        try:
-            e = await self.kv.get(s.catalog_digest_key(digest))
-            return e.value.decode() if e.value is not None else None
-        except KeyNotFoundError:
-            pass
-        buf = io.BytesIO()  # writeinto: nats-py's plain get is quadratic in the object's size
-        try:
-            await (await self._object_store()).get(digest, writeinto=buf)
-        except ObjectNotFoundError:
-            return None
-        return buf.getvalue().decode()
+        e = await self.kv.get(s.catalog_digest_key(digest))
+        if e is not None:
+            return e.value.decode()
+        data = await (await self._object_store()).get(digest)
+        return None if data is None else data.decode()
 
     async def with_playbook_text(self, event: dict[str, Any]) -> dict[str, Any]:
         """A ``playbook.execution.requested`` event as the engine reads it: with its playbook's text.
@@ -110,25 +102,17 @@ class Catalog:
         return {**event, "payload": {**payload, "playbook": text}}
 
     async def get(self, path: str, version: str | None = None) -> str | None:
-        try:
-            e = await self.kv.get(s.catalog_path_key(path, version))
-        except KeyNotFoundError:
-            return None
-        if not e.value:
+        e = await self.kv.get(s.catalog_path_key(path, version))
+        if e is None or not e.value:
             return None
         return await self.get_by_digest(json.loads(e.value)["digest"])
 
     async def list(self) -> list[dict[str, Any]]:
-        try:
-            keys = await self.kv.keys()
-        except Exception:  # nats-py raises NoKeysError on an empty bucket
-            return []
         seen: dict[tuple[str, str | None, str], dict[str, Any]] = {}
-        for k in keys:
-            if k.startswith("path."):
-                e = await self.kv.get(k)
-                if e.value:
-                    entry = json.loads(e.value)
-                    # `latest` repeats a versioned entry; an unversioned playbook has only `latest`
-                    seen.setdefault((entry["path"], entry.get("version"), entry["digest"]), entry)
+        for k in await self.kv.keys("path."):
+            e = await self.kv.get(k)
+            if e is not None and e.value:
+                entry = json.loads(e.value)
+                # `latest` repeats a versioned entry; an unversioned playbook has only `latest`
+                seen.setdefault((entry["path"], entry.get("version"), entry["digest"]), entry)
         return sorted(seen.values(), key=lambda x: (x["path"], str(x.get("version"))))
