@@ -1,4 +1,5 @@
-"""The keychain store on a real nats-server of the test's own (the bucket name is global)."""
+"""The keychain store on the in-memory twin and on a real nats-server of the test's own (the
+bucket name is global)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,24 @@ from noetl.store.credentials import BUCKET, KEY_ENV, KEY_FILE_ENV, CredentialSto
 
 
 @pytest.fixture
-async def js(own_nats_url: str) -> AsyncIterator[object]:
+async def nats_js(own_nats_url: str) -> AsyncIterator[object]:
+    import nats
+
+    nc = await nats.connect(own_nats_url, name="noetl-test-credentials")
+    try:
+        yield nc.jetstream()
+    finally:
+        await nc.close()
+
+
+@pytest.fixture(params=["memory", "nats"])
+async def js(request: pytest.FixtureRequest, own_nats_url: str) -> AsyncIterator[object]:
+    """The store's behaviour on the bus port: the in-memory twin, and a real nats-server."""
+    if request.param == "memory":
+        from noetl.events.memory import MemoryBus
+
+        yield MemoryBus()
+        return
     import nats
 
     nc = await nats.connect(own_nats_url, name="noetl-test-credentials")
@@ -43,7 +61,8 @@ async def test_put_get_list_delete(js) -> None:
     assert await store.list() == [{"name": "pg_main", "kind": "postgres_credential"}]
 
 
-async def test_values_are_encrypted_at_rest_with_no_history_left_by_delete(js) -> None:
+async def test_values_are_encrypted_at_rest_with_no_history_left_by_delete(nats_js) -> None:
+    js = nats_js
     store = await CredentialStore.open(js, generate_key())
     await store.put("api", "secret", {"value": "tok-plain-123"})
     await store.put("api", "secret", {"value": "tok-plain-456"})
@@ -104,7 +123,7 @@ async def test_invalid_key(js) -> None:
 async def test_ciphertext_under_another_name_is_refused(js) -> None:
     store = await CredentialStore.open(js, generate_key())
     await store.put("real", "secret", {"value": "v-1234"})
-    kv = await js.key_value(BUCKET)
+    kv = store.kv  # the bucket through the port, on either bus
     await kv.put("copy", (await kv.get("real")).value)
     with pytest.raises(KeychainUnresolvedError, match="another name"):
         await store.get("copy")

@@ -10,11 +10,19 @@ fast execution cannot be missed; the stream is read afterwards to rebuild the wh
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 
+from noetl.dsl.errors import (
+    ExecutionFinishedError,
+    NoSuchEntityError,
+    RequestInvalidError,
+    reply_error,
+)
+from noetl.dsl.names import execution_id_problem, request_id_problem, signal_name_problem
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events, read_messages
 from noetl.events.envelope import dumps
@@ -42,6 +50,50 @@ async def cancel(js: Any, execution_id: str, reason: str | None = None) -> dict[
     body = {"execution_id": execution_id, "reason": reason or "cancelled by request"}
     await js.publish(s.CANCEL_SUBJECT, dumps(body), headers={"Nats-Msg-Id": f"cancel-{execution_id}"})
     return {"execution_id": execution_id, "cancel": "requested"}
+
+
+async def _outside(js: Any, subject: str, what: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Signal, pause, resume (SEMANTICS §17): refused here, with a reason, for an execution that
+    does not exist or has finished; otherwise published for the server to record as an input.
+    ``request_id`` (a fresh one unless given) makes a repeated send one request."""
+    execution_id = body["execution_id"]
+    if problem := execution_id_problem(execution_id):
+        return reply_error(RequestInvalidError(problem))
+    try:
+        await js.get_last_msg(
+            s.EVENTS_STREAM, s.execution_event_filter(execution_id, "playbook.execution.requested")
+        )
+    except NotFoundError:
+        return reply_error(NoSuchEntityError(f"no execution {execution_id}: check the id (noetl executions)"))
+    if await finished_event(js, execution_id) is not None:
+        return reply_error(
+            ExecutionFinishedError(f"execution {execution_id} has finished: there is nothing to {what}")
+        )
+    body = {**body, "request_id": str(body.get("request_id") or uuid.uuid4().hex)}
+    if problem := request_id_problem(body["request_id"]):
+        return reply_error(RequestInvalidError(problem))
+    await js.publish(subject, dumps(body), headers={"Nats-Msg-Id": f"{what}-{body['request_id']}"})
+    return {"execution_id": execution_id, what: "sent", "request_id": body["request_id"]}
+
+
+async def signal(
+    js: Any, execution_id: str, name: str, data: Any = None, request_id: str | None = None
+) -> dict[str, Any]:
+    """Send signal ``name`` with ``data`` to an execution: the first step waiting for it takes it,
+    or it waits in the execution's queue for one that will."""
+    if problem := signal_name_problem(name):
+        return reply_error(RequestInvalidError(problem))
+    body = {"execution_id": execution_id, "signal": name, "data": data, "request_id": request_id}
+    return await _outside(js, s.SIGNAL_SUBJECT, "signal", body)
+
+
+async def pause(js: Any, execution_id: str, reason: str | None = None) -> dict[str, Any]:
+    """Nothing new is scheduled until ``resume``; running step runs finish."""
+    return await _outside(js, s.PAUSE_SUBJECT, "pause", {"execution_id": execution_id, "reason": reason})
+
+
+async def resume(js: Any, execution_id: str) -> dict[str, Any]:
+    return await _outside(js, s.RESUME_SUBJECT, "resume", {"execution_id": execution_id})
 
 
 async def finished_event(js: Any, execution_id: str) -> dict[str, Any] | None:

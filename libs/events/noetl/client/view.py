@@ -39,3 +39,28 @@ def execution_output(execution_id: str, events: list[dict[str, Any]]) -> dict[st
         "steps": steps,
         "events": events,
     }
+
+
+def waiting_for(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a running execution waits for (SEMANTICS §17): the signals its step runs await, and
+    whether it is paused. From the events alone, as every view here."""
+    waiting: dict[str, dict[str, Any]] = {}
+    paused = False
+    for ev in events:
+        name, rid = ev.get("name"), ev.get("step_run_id")
+        if name == "step.waiting" and rid:
+            p = ev.get("payload") or {}
+            waiting[rid] = {
+                "step": ev.get("entity_id"),
+                "step_run_id": rid,
+                "signal": p.get("signal"),
+                "since": ev.get("timestamp"),
+                "timeout_s": p.get("timeout_s"),
+            }
+        elif name in ("step.scheduled", "step.failed") and rid:
+            waiting.pop(rid, None)
+        elif name in ("execution.paused", "execution.resumed"):
+            paused = name == "execution.paused"
+        elif name == "workflow.finished":
+            return {"signals": [], "paused": False}
+    return {"signals": list(waiting.values()), "paused": paused}

@@ -20,3 +20,30 @@ def utc_now() -> str:
     if sec != _second:
         _second, _prefix = sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
     return f"{_prefix}.{int((t - sec) * 1_000_000):06d}+00:00"
+
+
+def later(ts: str | None, seconds: float) -> str | None:
+    """``ts`` (RFC 3339) plus ``seconds``, in UTC; None when ``ts`` is not a zoned timestamp.
+
+    Arithmetic on a given time, no reading of the clock: the engine computes due times with it
+    from the timestamp of the event it decides on, so replay computes the same ones."""
+    from datetime import datetime, timedelta
+
+    try:
+        base = datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if base.tzinfo is None:
+        return None
+    return (base + timedelta(seconds=float(seconds))).isoformat()
+
+
+def not_after(a: str, b: str) -> bool:
+    """Whether RFC 3339 time ``a`` is at or before ``b`` (False when either does not parse)."""
+    from datetime import datetime
+
+    try:
+        first = datetime.fromisoformat(a.replace("Z", "+00:00"))
+        return first <= datetime.fromisoformat(b.replace("Z", "+00:00"))
+    except (ValueError, TypeError):
+        return False

@@ -132,7 +132,7 @@ class MemoryBus:
 
     # --- key-value and objects ----------------------------------------------------------------
 
-    async def kv(self, bucket: str, *, ttl: float | None = None) -> _KeyValue:
+    async def kv(self, bucket: str, *, ttl: float | None = None, history: int = 1) -> _KeyValue:
         if bucket not in self._kv:
             self._kv[bucket] = _KeyValue(self, ttl)
         return self._kv[bucket]

@@ -169,8 +169,10 @@ class NatsBus:
         sub = await self.js.pull_subscribe_bind(consumer=config.consumer, stream=config.stream)
         return _NatsQueue(sub)
 
-    async def kv(self, bucket: str, *, ttl: float | None = None) -> _NatsKeyValue:
-        return _NatsKeyValue(await ensure_kv(self.js, bucket, ttl=ttl, replicas=self.replicas))
+    async def kv(self, bucket: str, *, ttl: float | None = None, history: int = 1) -> _NatsKeyValue:
+        return _NatsKeyValue(
+            await ensure_kv(self.js, bucket, ttl=ttl, history=history, replicas=self.replicas)
+        )
 
     async def objects(self, bucket: str) -> _NatsObjects:
         return _NatsObjects(await ensure_object_store(self.js, bucket, replicas=self.replicas))
@@ -236,7 +238,7 @@ class _NatsKeyValue:
 
     async def delete(self, key: str) -> None:
         with contextlib.suppress(KeyNotFoundError):
-            await self._kv.delete(key)
+            await self._kv.purge(key)  # every revision: a deleted value must not stay in history
 
     async def keys(self, prefix: str = "") -> list[str]:
         try:

@@ -17,7 +17,8 @@ What the operations promise (JetStream's own rules, kept by the twin):
   message leaves a work-queue stream.
 - A key-value bucket keeps the last value of each key with a revision; ``create`` fails when the
   key has a value, ``update`` when the revision is not the last one; a bucket with a ``ttl``
-  forgets a key that long after its last write.
+  forgets a key that long after its last write; ``delete`` leaves nothing of the key, not even
+  in the bucket's history (a deleted secret must not linger).
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ class Bus(Protocol):
 
     async def queue(self, config: QueueConfig) -> WorkQueue: ...
 
-    async def kv(self, bucket: str, *, ttl: float | None = None) -> KeyValue: ...
+    async def kv(self, bucket: str, *, ttl: float | None = None, history: int = 1) -> KeyValue: ...
 
     async def objects(self, bucket: str) -> ObjectStore: ...
 

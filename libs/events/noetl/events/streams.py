@@ -97,6 +97,18 @@ def stream_configs(replicas: int = 1) -> list[StreamConfig]:
             num_replicas=replicas,
             description="NoETL execution requests (fire-and-forget, request_id dedupe)",
         ),
+        StreamConfig(
+            name=s.TIMERS_STREAM,
+            subjects=[s.TIMERS_FILTER],
+            # a fired timer leaves when a server has recorded it; definitions wait for their time
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType.FILE,
+            duplicate_window=DUPLICATE_WINDOW,
+            num_replicas=replicas,
+            allow_msg_schedules=True,  # nats-server >= 2.12 publishes each definition at its time
+            allow_rollup_hdrs=True,  # a schedule's fires roll up: at most one waits (one catch-up)
+            description="NoETL timers and schedules (JetStream message schedules)",
+        ),
     ]
 
 
@@ -192,7 +204,12 @@ async def ensure_all(
     async def once() -> None:
         for cfg in stream_configs(want or 1):
             await ensure_stream(js, cfg, want)
-        for bucket, history in ((s.ITER_BUCKET, 1), (s.CATALOG_BUCKET, 1), (s.SERVER_BUCKET, 1)):
+        for bucket, history in (
+            (s.ITER_BUCKET, 1),
+            (s.CATALOG_BUCKET, 1),
+            (s.SERVER_BUCKET, 1),
+            (s.SCHEDULES_BUCKET, 1),
+        ):
             await ensure_kv(js, bucket, history=history, replicas=want)
         for bucket in (s.RESULTS_BUCKET, s.CATALOG_OBJECT_BUCKET):
             await ensure_object_store(js, bucket, replicas=want)

@@ -13,10 +13,28 @@ REQUESTS_STREAM = "NOETL_REQUESTS"
 
 REQUEST_SUBJECT = "noetl.requests.execute"
 CANCEL_SUBJECT = "noetl.requests.cancel"
+# outside input for a running execution (SEMANTICS §17): recorded as engine inputs by the server
+SIGNAL_SUBJECT = "noetl.requests.signal"
+PAUSE_SUBJECT = "noetl.requests.pause"
+RESUME_SUBJECT = "noetl.requests.resume"
 REQUESTS_FILTER = "noetl.requests.>"
 EVENTS_FILTER = "noetl.events.>"
 COMMANDS_FILTER = "noetl.commands.>"
 CANCEL_EVENTS_FILTER = "noetl.events.*.*.execution.cancel.requested"
+# the server stopped a step run (a time limit): workers interrupt its commands still running
+STEP_CANCELLED_FILTER = "noetl.events.*.*.step.cancelled"
+
+# Timers and schedules (SEMANTICS §16, §18) live in one stream with JetStream's message schedules
+# (nats-server >= 2.12): a definition on noetl.timers.at.<execution_id>.<timer_id> or
+# noetl.timers.cron.<schedule> is published by NATS itself into the stream at its due time, on
+# TIMER_DUE_SUBJECT (timers) or noetl.timers.fire.<schedule> (schedules, rolled up: one pending fire)
+TIMERS_STREAM = "NOETL_TIMERS"
+TIMERS_FILTER = "noetl.timers.>"
+TIMER_DUE_SUBJECT = "noetl.timers.due"
+SCHEDULE_FIRE_FILTER = "noetl.timers.fire.>"
+TIMERS_CONSUMER = "noetl-server-timers"
+SCHEDULES_CONSUMER = "noetl-server-schedules"
+SCHEDULES_BUCKET = "noetl_schedules"
 
 ITER_BUCKET = "noetl_iter"
 ITER_STREAM = "KV_noetl_iter"
@@ -42,6 +60,11 @@ SERVER_INPUT_EVENTS: tuple[str, ...] = (
     "loop.iteration.done",
     "loop.iteration.failed",
     "execution.cancel.requested",
+    # time and the outside world (SEMANTICS §16, §17): written by the server's adapters
+    "timer.fired",
+    "signal.received",
+    "execution.pause.requested",
+    "execution.resume.requested",
 )
 
 
@@ -100,6 +123,24 @@ def partition_input_filters(partition: int) -> list[str]:
 
 def execution_input_filters(execution_id: str) -> list[str]:
     return [f"noetl.events.*.{execution_id}.{n}" for n in SERVER_INPUT_EVENTS]
+
+
+def timer_subject(execution_id: str, timer_id: str) -> str:
+    """A timer's definition: one subject per timer, so purging it cancels that timer alone."""
+    return f"noetl.timers.at.{execution_id}.{timer_id}"
+
+
+def execution_timers_filter(execution_id: str) -> str:
+    return f"noetl.timers.at.{execution_id}.*"
+
+
+def schedule_subject(name: str) -> str:
+    """A schedule's cron definition (``name`` checked by ``names.schedule_name_problem``)."""
+    return f"noetl.timers.cron.{name}"
+
+
+def schedule_fire_subject(name: str) -> str:
+    return f"noetl.timers.fire.{name}"
 
 
 def command_subject(pool: str) -> str:

@@ -23,11 +23,9 @@ from typing import Any
 
 import yaml
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
-from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError, NoKeysError
-from nats.js.kv import KeyValue
 
 from noetl.dsl.errors import KeychainUnresolvedError
+from noetl.events.port import KeyValue
 
 BUCKET = "noetl_credentials"
 KEY_ENV = "NOETL_CREDENTIALS_KEY"
@@ -115,12 +113,15 @@ class CredentialStore:
         self._cipher = cipher
 
     @classmethod
-    async def open(cls, js: JetStreamContext, key: bytes | str | None = None) -> CredentialStore:
-        """Open the bucket, creating it when missing; the key as described in the module doc."""
+    async def open(cls, bus: Any, key: bytes | str | None = None) -> CredentialStore:
+        """Open the bucket, creating it when missing; the key as described in the module doc.
+        ``bus``: a bus port (``noetl.events.port``) or a nats-py JetStream context."""
         cipher = _cipher(key)
-        from noetl.events.streams import ensure_kv
+        if not hasattr(bus, "objects"):
+            from noetl.events.nats_port import NatsBus
 
-        return cls(await ensure_kv(js, BUCKET, history=5), cipher)
+            bus = NatsBus.of(bus)
+        return cls(await bus.kv(BUCKET, history=5), cipher)
 
     @property
     def can_decrypt(self) -> bool:
@@ -149,11 +150,8 @@ class CredentialStore:
         return record.get("scope") or dict(DEFAULT_SCOPE)
 
     async def _record(self, name: str) -> dict[str, Any] | None:
-        try:
-            entry = await self.kv.get(check_name(name))
-        except KeyNotFoundError:  # also KeyDeletedError
-            return None
-        if not entry.value:
+        entry = await self.kv.get(check_name(name))
+        if entry is None or not entry.value:
             return None
         return json.loads(entry.value)
 
@@ -196,14 +194,11 @@ class CredentialStore:
 
     async def delete(self, name: str) -> None:
         """Remove the entry with every stored revision (an old value must not linger in history)."""
-        await self.kv.purge(check_name(name))
+        await self.kv.delete(check_name(name))
 
     async def list(self) -> list[dict[str, Any]]:
         """``[{name, kind}]`` sorted by name; never a value."""
-        try:
-            names = await self.kv.keys()
-        except NoKeysError:
-            return []
+        names = await self.kv.keys()
         out = []
         for name in sorted(set(names)):
             record = await self._record(name)
