@@ -121,3 +121,38 @@ async def test_without_a_token_the_console_is_as_open_as_the_api(nc: Any) -> Non
             r = await http.get("/ui/login", params={"next": "/ui/catalog"})
             assert r.status_code == 303 and r.headers["location"] == "/ui/catalog"
             assert "Sign out" not in (await http.get("/ui/catalog")).text
+
+
+PRINTS = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: prints, path: tests/console_http/prints}
+workflow:
+  - step: start
+    tool:
+      - name: talk
+        kind: python
+        code: |
+          def main():
+              print("hello from the task <b>")
+              return 1
+"""
+
+
+async def test_an_execution_page_shows_what_its_tasks_printed(nc: Any, api: ApiServer) -> None:
+    """Issue 19: a task's output (captured per task run) is on its run in the console, escaped."""
+    from noetl.client.run import run_and_wait
+    from noetl.worker.service import Worker
+
+    worker = Worker(nc, concurrency=2)
+    await worker.start()
+    try:
+        out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": PRINTS}, timeout=30)
+    finally:
+        await worker.stop(drain=False)
+    assert out["status"] == "success", out.get("error")
+    jar = {"Cookie": f"noetl_session={session_value(TOKEN)}"}
+    async with httpx.AsyncClient(base_url=api.url, timeout=10) as http:
+        page = await http.get(f"/ui/executions/{out['execution_id']}", headers=jar)
+    assert page.status_code == 200
+    assert "Output of talk" in page.text and "hello from the task &lt;b&gt;" in page.text, page.text[-2000:]

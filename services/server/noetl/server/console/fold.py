@@ -47,6 +47,7 @@ class TaskRun:
     result: Any = None
     error: dict[str, Any] | None = None
     duration_ms: float | None = None
+    output: str | None = None  # what the task printed or logged (masked, capped), or where it is
 
 
 @dataclass
@@ -106,6 +107,7 @@ class ExecutionView:
     ctx: Any = None
     error: dict[str, Any] | None = None
     cancel_requested: str | None = None  # the reason, once a cancel was recorded
+    paused: bool = False  # execution.paused seen and no execution.resumed after it (SEMANTICS §17)
     runs: list[StepRun] = field(default_factory=list)
     arcs: Counter[tuple[str, int]] = field(default_factory=Counter)  # (step, arc index) -> fired
     events: int = 0
@@ -230,12 +232,19 @@ def fold(execution_id: str, events: list[dict[str, Any]]) -> ExecutionView:
             task.duration_ms = (
                 meta.get("duration_ms") if isinstance(meta.get("duration_ms"), int | float) else None
             )
+            printed = payload.get("output")
+            if isinstance(printed, str):
+                task.output = printed
+            elif printed is not None:  # large: stored by reference in the results bucket
+                task.output = f"(large output stored by reference: noetl logs {ev.get('execution_id')})"
         elif name == "next.evaluated":
             for fired in payload.get("fired") or []:
                 if isinstance(fired, dict) and isinstance(fired.get("arc"), int):
                     view.arcs[(str(ev.get("entity_id")), fired["arc"])] += 1
         elif name == "execution.cancel.requested":
             view.cancel_requested = str(payload.get("reason") or "cancel requested")
+        elif name in ("execution.paused", "execution.resumed"):
+            view.paused = name == "execution.paused"
         elif name == "workflow.finished":
             view.status = str(payload.get("status") or "failed")
             view.finished_at = ev.get("timestamp")
