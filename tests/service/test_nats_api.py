@@ -154,6 +154,9 @@ async def test_service_discovery_ping_info_stats(service) -> None:  # type: igno
         ("execute", "noetl.api.execute", "noetl"),
         ("status", "noetl.api.status", "noetl"),
         ("cancel", "noetl.api.cancel", "noetl"),
+        ("signal", "noetl.api.signal", "noetl"),
+        ("pause", "noetl.api.pause", "noetl"),
+        ("resume", "noetl.api.resume", "noetl"),
     }
     inbox = user.new_inbox()
     sub = await user.subscribe(inbox)

@@ -10,6 +10,8 @@ from noetl.dsl import legacy
 from noetl.dsl.checks_rules import check_no_control, check_pool, check_when, contains_control, read_rules
 from noetl.dsl.checks_task import PipelineContext, check_pipeline
 from noetl.dsl.knobs import check_loop_spec, check_step_spec
+from noetl.dsl.names import signal_name_problem
+from noetl.dsl.reducers import check_reducers
 from noetl.dsl.report import Report, describe, type_name
 from noetl.dsl.shapes import task_entries
 from noetl.dsl.yamlload import Path
@@ -61,7 +63,7 @@ def check_step(step: Any, path: Path, workbook: dict[str, Any], r: Report) -> St
         r.add((*path, "desc"), f"`desc` is a string, found {type_name(step['desc'])}")
     _check_step_spec(step.get("spec"), (*path, "spec"), r)
     parallel = _check_loop(step["loop"], (*path, "loop"), r) if "loop" in step else False
-    ctx = PipelineContext(workbook=workbook, parallel=parallel)
+    ctx = PipelineContext(workbook=workbook, parallel=parallel, reducers=_reducers(step.get("loop"), path, r))
     check_pipeline(task_entries(name, step.get("tool"), path), ctx, r)
     if step.get("next") is not None:
         info.arcs = _check_next(step["next"], (*path, "next"), r)
@@ -111,6 +113,50 @@ def _check_step_spec(spec: Any, path: Path, r: Report) -> None:
         r.add(
             (*ppath, "failure"), f"`failure` is `{{mode: fail_fast|best_effort}}`, found {describe(failure)}"
         )
+    if policy.get("lifecycle") is not None:
+        check_lifecycle(policy["lifecycle"], (*ppath, "lifecycle"), r)
+
+
+LIFECYCLE_KEYS = ("timeout_s", "deadline_s", "await")
+AWAIT_KEYS = ("signal", "timeout_s")
+
+
+def _positive_seconds(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def check_lifecycle(lc: Any, path: Path, r: Report) -> None:
+    """``lifecycle`` (SEMANTICS §16, §17): time limits counted by the server, an awaited signal."""
+    if not isinstance(lc, dict):
+        r.add(path, f"`lifecycle` is a mapping ({', '.join(LIFECYCLE_KEYS)}), found {type_name(lc)}")
+        return
+    for key, value in lc.items():
+        if key not in LIFECYCLE_KEYS:
+            r.add(
+                (*path, key),
+                f"unknown key {describe(key)} in `lifecycle`: it has {', '.join(LIFECYCLE_KEYS)}",
+            )
+        elif key != "await" and value is not None and not _positive_seconds(value):
+            r.add((*path, key), f"`{key}` is a number of seconds (above 0), found {describe(value)}")
+    wait = lc.get("await")
+    if wait is None:
+        return
+    wpath = (*path, "await")
+    if not isinstance(wait, dict):
+        r.add(wpath, f"`await` is `{{signal: NAME, timeout_s: N}}`, found {type_name(wait)}")
+        return
+    for key in wait:
+        if key not in AWAIT_KEYS:
+            r.add((*wpath, key), f"unknown key {describe(key)} in `await`: it has {', '.join(AWAIT_KEYS)}")
+    if "signal" not in wait:
+        r.add(wpath, "`await` needs `signal: NAME`, the signal the step waits for (`noetl signal ID NAME`)")
+    elif problem := signal_name_problem(wait["signal"]):
+        r.add((*wpath, "signal"), problem)
+    timeout = wait.get("timeout_s")
+    if timeout is not None and not _positive_seconds(timeout):
+        r.add(
+            (*wpath, "timeout_s"), f"`timeout_s` is a number of seconds (above 0), found {describe(timeout)}"
+        )
 
 
 def _check_admit(admit: Any, path: Path, r: Report) -> None:
@@ -141,6 +187,21 @@ def _check_admit(admit: Any, path: Path, r: Report) -> None:
                     (*parts.then_path, key),
                     f"unknown key {describe(key)} in an admission `then`: it has only `allow`",
                 )
+
+
+def _reducers(loop: Any, path: Path, r: Report) -> frozenset[str]:
+    """The ctx keys ``loop.spec.policy.reducers`` declares (checked here, where they are read)."""
+    spec = loop.get("spec") if isinstance(loop, dict) else None
+    policy = spec.get("policy") if isinstance(spec, dict) else None
+    if isinstance(policy, dict) and policy.get("exec", "distributed") not in ("distributed", "local"):
+        r.add(
+            (*path, "loop", "spec", "policy", "exec"),
+            f"`exec` is `distributed` (one command per iteration) or `local` (the whole loop on one "
+            f"worker), found {describe(policy['exec'])}",
+        )
+    if not isinstance(policy, dict) or "reducers" not in policy:
+        return frozenset()
+    return check_reducers(policy["reducers"], (*path, "loop", "spec", "policy", "reducers"), r)
 
 
 def _mode_knobs(source: dict[str, Any], path: Path, r: Report) -> tuple[Any, Any]:

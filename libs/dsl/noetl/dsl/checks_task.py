@@ -34,6 +34,7 @@ class PipelineContext:
 
     workbook: dict[str, Any] = field(default_factory=dict)  # workbook.tasks, when well-formed
     parallel: bool = False  # the step's loop runs iterations at once
+    reducers: frozenset[str] = frozenset()  # ctx keys with a reducer (loop.spec.policy.reducers)
 
 
 def check_pipeline(entries: list[TaskEntry], ctx: PipelineContext, r: Report) -> None:
@@ -140,11 +141,16 @@ def _check_workbook_ref(
         r.add((*path, "task"), f"workbook task {name!r} does not exist (workbook.tasks has: {have})")
     elif not _has_own_rules(body):  # the template's rules decide after this task
         thens = _template_thens(ctx.workbook[name])
-        if ctx.parallel and any("set_ctx" in then for then in thens):
+        racing = sorted(
+            {str(k) for then in thens if isinstance(then.get("set_ctx"), dict) for k in then["set_ctx"]}
+            - ctx.reducers
+        )
+        if ctx.parallel and racing:
             r.add(
                 path,
-                f"workbook task {name!r} writes `set_ctx`, which is not allowed in a step whose loop is "
-                "`parallel` (iterations would race): use `set_iter`, or make the loop sequential",
+                f"workbook task {name!r} writes `set_ctx` key(s) {', '.join(racing)} without a reducer, "
+                "which is not allowed in a step whose loop is `parallel` (iterations would race): declare "
+                "them in `loop.spec.policy.reducers`, use `set_iter`, or make the loop sequential",
             )
         for then in thens:
             to = then.get("to")
@@ -246,12 +252,25 @@ def check_then(then: Any, path: Path, labels: frozenset[str] | None, ctx: Pipeli
     for key in ("set_ctx", "set_iter"):
         if key in then and not isinstance(then[key], dict):
             r.add((*path, key), f"`{key}` is a mapping of names to values, found {type_name(then[key])}")
-    if "set_ctx" in then and ctx.parallel:
+    own = then.get("set_iter")
+    for key in own if isinstance(own, dict) else ():
+        if str(key).split(".", 1)[0] == "parent":
+            r.add(
+                (*path, "set_iter", key),
+                "`iter.parent` is the calling loop iteration's `iter` (a child playbook started from a loop "
+                "iteration) and is read-only: write the value under another name",
+            )
+    writes = then.get("set_ctx")
+    racing = []
+    if ctx.parallel and isinstance(writes, dict):
+        racing = [str(k) for k in writes if k not in ctx.reducers]
+    if racing:
         r.add(
             (*path, "set_ctx"),
-            "`set_ctx` is not allowed in a step whose loop is `parallel`: parallel "
-            "iterations would race on ctx; keep per-iteration state in `set_iter`, "
-            "or make the loop sequential",
+            f"`set_ctx` of {', '.join(racing)} in a step whose loop is `parallel`: parallel iterations "
+            f"would race on ctx; declare how writes combine in `loop.spec.policy.reducers` "
+            f"(e.g. `reducers: {{{racing[0]}: sum}}`), keep per-iteration state in `set_iter`, or make "
+            "the loop sequential",
         )
 
 

@@ -219,6 +219,58 @@ LabelledTask = Annotated[
 ]
 
 
+class ChooseBranch(_Closed):
+    """A branch of `choose`: runs its `do` tasks when `when` is the first true condition."""
+
+    when: When
+    do: list[PipelineItem] = Field(description="The branch's tasks; the branch then goes to the merge point.")
+
+
+class ChooseElseBody(_Closed):
+    do: list[PipelineItem]
+
+
+class ChooseElse(_Closed):
+    """The last branch of `choose`, taken when no `when` is true."""
+
+    else_: ChooseElseBody = Field(alias="else")
+
+
+class Choose(_Closed):
+    """Sugar: an if/elif/else ladder, compiled to a dispatch task, one entry per branch and a merge
+    point `<name>.end` (see `noetl compile`)."""
+
+    name: str = Field(min_length=1, description="Label; generated tasks: <name>, <name>.0, <name>.end.")
+    desc: str | None = None
+    choose: list[ChooseBranch | ChooseElse] = Field(min_length=1)
+
+
+class While(_Closed):
+    """Sugar: runs `do` again and again while the condition, tested before each round, is true."""
+
+    name: str = Field(min_length=1, description="Label; generated tasks: <name>, <name>.repeat, <name>.end.")
+    desc: str | None = None
+    while_: When = Field(alias="while", description="Tested before each round.")
+    do: list[PipelineItem] = Field(min_length=1)
+
+
+class Until(_Closed):
+    """Sugar: runs `do`, then again until the condition, tested after each round, is true."""
+
+    name: str = Field(min_length=1, description="Label; generated tasks: <name>, <name>.test, <name>.end.")
+    desc: str | None = None
+    until: When = Field(description="Tested after each round (`_prev` is the round's last result).")
+    do: list[PipelineItem] = Field(min_length=1)
+
+
+Sugar = Choose | While | Until
+PipelineItem = Annotated[Task | LabelledTask | Sugar, Field(description="A task, or choose/while/until.")]
+ChooseBranch.model_rebuild()
+ChooseElseBody.model_rebuild()
+While.model_rebuild()
+Until.model_rebuild()
+
+
 class AdmitThen(_Closed):
     allow: bool
 
@@ -244,20 +296,57 @@ class FailurePolicy(_Open):
     mode: Literal["fail_fast", "best_effort"] = "fail_fast"
 
 
+class Await(_Closed):
+    """Wait at the step for a signal sent to this execution (`noetl signal ID NAME`); the step then
+    runs with `args.signal` holding its data."""
+
+    signal: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="The signal's name.")
+    timeout_s: Seconds | None = Field(
+        None, description="Fail the step with signal_timeout when no signal came within this many seconds."
+    )
+
+
+class Lifecycle(_Closed):
+    """Time limits counted by the server, and an awaited signal."""
+
+    timeout_s: Seconds | None = Field(
+        None, description="Fail the step run (step_timeout) when not ended this long after it was scheduled."
+    )
+    deadline_s: Seconds | None = Field(
+        None,
+        description="Fail the step run (step_timeout) when not ended this long after the workflow started.",
+    )
+    await_: Await | None = Field(None, alias="await")
+
+
 class StepPolicy(_Open):
     """Step-scope policy: admission and lifecycle hints, never control actions."""
 
     admit: AdmitPolicy | None = None
     failure: FailurePolicy | None = None
+    lifecycle: Lifecycle | None = None
 
 
 class StepSpec(_Open):
     policy: StepPolicy | None = None
 
 
+Reducer = Literal["sum", "min", "max", "count", "append", "extend", "merge"]
+
+
 class LoopPolicy(_Open):
     mode: Literal["sequential", "parallel"] | None = None
     max_in_flight: int | None = Field(None, ge=1)
+    exec: Literal["distributed", "local"] | None = Field(
+        None,
+        description="distributed (default): one command per iteration; local: the whole loop runs on one "
+        "worker as one command, with the same iteration events and snapshots.",
+    )
+    reducers: dict[str, Reducer] | None = Field(
+        None,
+        description="ctx key -> how iterations' `set_ctx` writes to it are combined (sum, min, max, count, "
+        "append, extend, merge); a parallel loop may set_ctx only these keys.",
+    )
 
 
 class LoopSpec(_Open):
@@ -304,7 +393,7 @@ class Step(_Closed):
     desc: str | None = None
     spec: StepSpec | None = None
     loop: Loop | None = None
-    tool: Task | list[Task | LabelledTask] | None = Field(
+    tool: Task | Sugar | list[PipelineItem] | None = Field(
         None, description="The pipeline: one task or a list."
     )
     next: Next | None = None

@@ -24,8 +24,13 @@ The same ``kind`` appears in task outcomes (``outcome.error.kind``), in events
     ├── WorkerLostError             worker_lost
     ├── RequestInvalidError         request_invalid
     ├── ExecutionCancelledError     cancelled             (the execution was cancelled by request)
+    ├── StepTimeoutError            step_timeout          (a step run past lifecycle.timeout_s/deadline_s)
+    ├── ExecutionTimeoutError       execution_timeout     (an execution past defaults.timeouts.execution_s)
+    ├── SignalTimeoutError          signal_timeout        (no signal within lifecycle.await.timeout_s)
+    ├── ExecutionFinishedError      execution_finished    (API: a signal/pause for a finished execution)
     ├── AbortedError                aborted               (a loop stopped by a failure elsewhere)
     ├── IterationFailedError        iteration_failed      (a failed iteration that said nothing)
+    ├── ReducerTypeError            reducer_type          (a set_ctx value a loop's reducer cannot combine)
     ├── StepFailedError             step_failed           (a failed step that said nothing)
     ├── NoSuchEntityError           not_found             (API: no such execution, credential, playbook)
     ├── UnauthorizedError           unauthorized          (API: no valid token)
@@ -192,12 +197,44 @@ class ExecutionCancelledError(NoetlError):
     kind = "cancelled"
 
 
+class StepTimeoutError(NoetlError):
+    """A step run not ended within ``lifecycle.timeout_s`` (from ``step.scheduled``) or
+    ``deadline_s`` (from ``workflow.started``), SEMANTICS §16."""
+
+    kind = "step_timeout"
+
+
+class ExecutionTimeoutError(NoetlError):
+    """An execution not finished ``executor.spec.policy.defaults.timeouts.execution_s`` seconds
+    after ``workflow.started``."""
+
+    kind = "execution_timeout"
+
+
+class SignalTimeoutError(NoetlError):
+    """A step awaiting a signal (``lifecycle.await``) that did not arrive within its ``timeout_s``."""
+
+    kind = "signal_timeout"
+
+
+class ExecutionFinishedError(NoetlError):
+    """API: a signal, pause or resume for an execution that has already finished."""
+
+    kind = "execution_finished"
+
+
 class AbortedError(NoetlError):
     kind = "aborted"
 
 
 class IterationFailedError(NoetlError):
     kind = "iteration_failed"
+
+
+class ReducerTypeError(NoetlError):
+    """A loop iteration's `set_ctx` value (or ctx's current value) does not fit the key's reducer."""
+
+    kind = "reducer_type"
 
 
 class StepFailedError(NoetlError):

@@ -150,3 +150,36 @@ def check_executor_spec(spec: dict[str, Any], path: Path, r: Report) -> None:
             message = loop_knob(key) or task_policy_key(key) or step_policy_key(key)
             if message is not None:
                 r.add((*path, "policy", key), f"{message}, not in `executor.spec.policy`")
+        if policy.get("defaults") is not None:
+            _check_defaults(policy["defaults"], (*path, "policy", "defaults"), r)
+
+
+DEFAULT_TIMEOUT_KEYS = ("step_s", "execution_s")
+
+
+def _check_defaults(defaults: Any, path: Path, r: Report) -> None:
+    """``executor.spec.policy.defaults.timeouts: {step_s, execution_s}`` (SEMANTICS §16)."""
+    if not isinstance(defaults, dict):
+        r.add(
+            path,
+            f"`defaults` is a mapping (`{{timeouts: {{step_s, execution_s}}}}`), found {describe(defaults)}",
+        )
+        return
+    timeouts = defaults.get("timeouts")
+    if timeouts is None:
+        return
+    if not isinstance(timeouts, dict):
+        r.add(
+            (*path, "timeouts"), f"`timeouts` is `{{step_s: N, execution_s: M}}`, found {describe(timeouts)}"
+        )
+        return
+    for key, value in timeouts.items():
+        if key not in DEFAULT_TIMEOUT_KEYS:
+            r.add(
+                (*path, "timeouts", key),
+                f"unknown key {describe(key)} in `timeouts`: it has step_s and execution_s",
+            )
+        elif value is not None and not _seconds(value):
+            r.add(
+                (*path, "timeouts", key), f"`{key}` is a number of seconds (above 0), found {describe(value)}"
+            )

@@ -70,6 +70,18 @@ class Loop:
     max_in_flight: int = 16
     spec: dict[str, Any] = field(default_factory=dict)  # loop.spec minus mode/max_in_flight/policy
     path: str = ""
+    reducers: dict[str, str] = field(default_factory=dict)  # ctx key -> reducer (SEMANTICS §20)
+    exec: Literal["distributed", "local"] = "distributed"  # SEMANTICS §21
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """``step.spec.policy.lifecycle`` (SEMANTICS §16, §17): time limits and an awaited signal."""
+
+    timeout_s: float | None = None
+    deadline_s: float | None = None
+    await_signal: str | None = None
+    await_timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +96,7 @@ class Step:
     next: Next | None
     path: str = ""
     line: int = 0
+    lifecycle: Lifecycle | None = None
 
     def task_index(self, label: str) -> int:
         for i, t in enumerate(self.tool):

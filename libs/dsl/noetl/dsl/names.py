@@ -39,3 +39,25 @@ def request_id_problem(request_id: object) -> str | None:
     if isinstance(request_id, str) and 0 < len(request_id) <= MAX_REQUEST_ID and request_id.isprintable():
         return None
     return f"request_id must be a printable string of 1 to {MAX_REQUEST_ID} characters"
+
+
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def signal_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a signal (``lifecycle.await.signal``, ``noetl signal``), or None:
+    it is a URL path segment and a NATS header value, so it is kept to one plain token."""
+    if isinstance(name, str) and _NAME.fullmatch(name):
+        return None
+    return f"signal name {name!r} is not valid: use 1 to 64 letters, digits, '-' or '_' (e.g. approval)"
+
+
+def schedule_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a schedule, or None: it is a token of ``noetl.timers.cron.<name>``
+    and a key of the ``noetl_schedules`` bucket."""
+    if isinstance(name, str) and _NAME.fullmatch(name):
+        return None
+    return (
+        f"schedule name {name!r} is not valid: use 1 to 64 letters, digits, '-' or '_' (it becomes the "
+        "subject noetl.timers.cron.<name>)"
+    )

@@ -13,6 +13,7 @@ from typing import Any
 from noetl.dsl.model import (
     Arc,
     KeychainEntry,
+    Lifecycle,
     Loop,
     Metadata,
     Next,
@@ -124,6 +125,8 @@ def _loop(loop: dict[str, Any] | None, path: Path) -> Loop | None:
         max_in_flight=cap,
         spec=_without(spec, *_LOOP_KNOBS),
         path=fmt_path(path),
+        reducers=dict(policy.get("reducers") or {}),
+        exec=policy.get("exec") or "distributed",
     )
 
 
@@ -166,6 +169,19 @@ def _step(step: dict[str, Any], i: int, lines: LineMap, workbook: dict[str, Any]
         next=_next(step.get("next"), (*path, "next")),
         path=fmt_path(path),
         line=lines.line(path),
+        lifecycle=_lifecycle(policy.get("lifecycle")),
+    )
+
+
+def _lifecycle(lc: dict[str, Any] | None) -> Lifecycle | None:
+    if not lc:
+        return None
+    wait = lc.get("await") or {}
+    return Lifecycle(
+        timeout_s=lc.get("timeout_s"),
+        deadline_s=lc.get("deadline_s"),
+        await_signal=wait.get("signal"),
+        await_timeout_s=wait.get("timeout_s"),
     )
 
 

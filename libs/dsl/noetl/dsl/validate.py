@@ -20,7 +20,8 @@ from noetl.dsl.errors import PlaybookInvalidError, Problem
 from noetl.dsl.model import Playbook
 from noetl.dsl.normalize import normalize
 from noetl.dsl.report import Report
-from noetl.dsl.yamlload import LoadedYaml, load_yaml
+from noetl.dsl.sugar import compile_text
+from noetl.dsl.yamlload import LoadedYaml
 from noetl.dsl.yamlload import Path as DocPath
 
 
@@ -48,7 +49,8 @@ def _schema_problems(loaded: LoadedYaml, r: Report) -> None:
 
 
 def _check(text: str, file: str) -> tuple[LoadedYaml, list[Problem]]:
-    loaded = load_yaml(text, file)
+    compiled = compile_text(text, file)  # sugar (choose/while/until) becomes canonical tasks first
+    loaded = LoadedYaml(None if compiled.problems else compiled.data, compiled.lines, compiled.problems)
     if loaded.problems:
         return loaded, loaded.problems
     r = Report(file, loaded.lines)
@@ -56,6 +58,8 @@ def _check(text: str, file: str) -> tuple[LoadedYaml, list[Problem]]:
     check_templates(loaded.data, r)
     if not r:
         _schema_problems(loaded, r)
+    if compiled.origins:
+        return loaded, [compiled.as_written(p) for p in r.problems()]
     return loaded, r.problems()
 
 

@@ -3,6 +3,7 @@
 Exit codes (each command's page in docs/ repeats them):
 
     check    0 clean or warnings only (1 with --strict), 1 errors found, 2 a file is invalid
+    compile  0 the compiled playbook is valid, 2 it is not (or the sugar itself is wrong)
     migrate  0 the output is a valid v10 playbook, 1 it is written but still invalid, 2 unreadable input
     graph    0 drawn, 1 the execution has no events, 2 the playbook is invalid, is not the one the
              execution ran, or (without FILE) its text is nowhere to be found
@@ -85,7 +86,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     text = _read(args.file)
     if text is None:
         return 2
-    result = migrate_text(text, args.file)
+    result = migrate_text(text, args.file, sugar=args.sugar)
     if result.text is None:
         for p in result.problems:
             print(p, file=sys.stderr)
@@ -104,6 +105,45 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     where = f" to {args.out}" if args.out else ""
     print(f"migrated {args.file}{where}: {done} rewrites, {left} not translated, {verdict}", file=sys.stderr)
     return 1 if result.problems else 0
+
+
+# --- compile -------------------------------------------------------------------------------
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    """The canonical playbook the engine runs: the sugar (choose/while/until) compiled away, with
+    the debug map that says which sugar each generated task stands for."""
+    from noetl.dsl.sugar import compile_text, render
+    from noetl.dsl.validate import validate_text
+
+    text = _read(args.file)
+    if text is None:
+        return 2
+    compiled = compile_text(text, args.file)
+    problems = compiled.problems or validate_text(text, args.file)
+    if compiled.data is None or compiled.problems:
+        for p in problems:
+            print(p, file=sys.stderr)
+        return 2
+    if args.json:
+        out = json.dumps(
+            {
+                "playbook": compiled.data,
+                "debug_map": [d.to_dict() for d in compiled.debug],
+                "problems": [p.to_dict() for p in problems],
+            },
+            indent=2,
+        )
+        out += "\n"
+    else:
+        out = render(compiled, args.file)
+    if args.out:
+        Path(args.out).write_text(out, encoding="utf-8")
+    else:
+        sys.stdout.write(out)
+    for p in problems:
+        print(p, file=sys.stderr)
+    return 2 if problems else 0
 
 
 # --- graph, test, replay -------------------------------------------------------------------
@@ -139,7 +179,24 @@ def add_parsers(sub: argparse._SubParsersAction, nats_url_default: str) -> None:
     p = sub.add_parser("migrate", help="rewrite an older draft's constructs into the v10 DSL")
     p.add_argument("file")
     p.add_argument("-o", "--out", help="write the migrated playbook here (default: stdout)")
+    p.add_argument(
+        "--sugar",
+        action="store_true",
+        help="write a task `when` as a `choose` (authoring sugar) instead of the canonical gate task",
+    )
     p.set_defaults(fn=cmd_migrate)
+
+    p = sub.add_parser(
+        "compile",
+        help="print the canonical playbook (sugar compiled to tasks) with its debug map",
+        description="Compile choose/while/until into canonical tasks and print the playbook the engine "
+        "runs, followed by the debug map (each generated task and the sugar line it came from). "
+        "Exit 0 when the compiled playbook is valid, 2 otherwise (problems on stderr).",
+    )
+    p.add_argument("file")
+    p.add_argument("-o", "--out", help="write the compiled playbook here (default: stdout)")
+    p.add_argument("--json", action="store_true", help="print {playbook, debug_map, problems} as JSON")
+    p.set_defaults(fn=cmd_compile)
 
     p = sub.add_parser(
         "graph",

@@ -189,24 +189,27 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
 
     starting = asyncio.create_task(start())
     stopping = asyncio.create_task(stop.wait())
-    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    if starting.done():
-        starting.result()  # a start-up error (DeploymentError) ends the process here
-        await stopping
-    else:
-        starting.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await starting
-    if ops is not None:
-        await ops.stop()
-    if svc is not None:
-        with contextlib.suppress(Exception):
-            await svc.stop()
-    if nc is not None:
-        try:
-            await asyncio.wait_for(nc.drain(), timeout=10)
-        except Exception:  # a subscription stopped mid-fetch can hold drain forever: exit anyway
-            await nc.close()
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if starting.done():
+            starting.result()  # a start-up error (DeploymentError) ends the process here
+            await stopping
+        else:
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await starting
+    finally:  # also after a start-up error: the service's loops must not outlive it
+        stopping.cancel()
+        if ops is not None:
+            await ops.stop()
+        if svc is not None:
+            with contextlib.suppress(Exception):
+                await svc.stop()
+        if nc is not None:
+            try:
+                await asyncio.wait_for(nc.drain(), timeout=10)
+            except Exception:  # a subscription stopped mid-fetch can hold drain forever: exit anyway
+                await nc.close()
 
 
 def _run_service(args: argparse.Namespace, role: str) -> int:
@@ -425,6 +428,9 @@ def build_parser() -> argparse.ArgumentParser:
     from noetl.cli import ops_cmd
 
     ops_cmd.add_parsers(sub, nats_url)
+    from noetl.cli import outside_cmd
+
+    outside_cmd.add_parsers(sub, nats_url)
     from noetl.cli.analysis_cmd import add_parsers
 
     add_parsers(sub, nats_url)

@@ -53,14 +53,19 @@ def _check_id(execution_id: str) -> None:
         raise SystemExit(f"noetl: {execution_id!r} is not an execution id")
 
 
+def _no_such_execution(execution_id: str) -> int:
+    """Exit 2, as for every call naming an execution that was never requested (not a failed run)."""
+    print(f"noetl: no execution {execution_id}", file=sys.stderr)
+    return 2
+
+
 async def _status(nc: Any, args: argparse.Namespace) -> int:
     from noetl.server.api.queries import execution_status
 
     _check_id(args.execution_id)
     out = await execution_status(nc.jetstream(), args.execution_id)
     if out is None:
-        print(f"noetl: no execution {args.execution_id}", file=sys.stderr)
-        return 2  # no such execution, as for cancel (a usage error, not a failed run)
+        return _no_such_execution(args.execution_id)
     if args.json:
         _print_json(out)
         return 0
@@ -95,8 +100,7 @@ async def _logs(nc: Any, args: argparse.Namespace) -> int:
     _check_id(args.execution_id)
     out = await execution_logs(nc.jetstream(), args.execution_id, args.step)
     if out is None:
-        print(f"noetl: no execution {args.execution_id}", file=sys.stderr)
-        return 2  # no such execution, as for cancel (a usage error, not a failed run)
+        return _no_such_execution(args.execution_id)
     if args.json:
         _print_json(out)
         return 0
@@ -130,8 +134,7 @@ async def _cancel(nc: Any, args: argparse.Namespace) -> int:
     _check_id(args.execution_id)
     out = await request_cancel(nc.jetstream(), args.execution_id, args.reason)
     if out is None:
-        print(f"noetl: no execution {args.execution_id}", file=sys.stderr)
-        return 2
+        return _no_such_execution(args.execution_id)
     _print_json(out)
     return 0
 

@@ -40,9 +40,9 @@ def error_line(error: dict[str, Any], text: str | None) -> int | None:
     segments = _parse_path(path)
     if segments is None:
         return None
-    from noetl.dsl.yamlload import load_yaml
+    from noetl.dsl.sugar import load_compiled
 
-    loaded = load_yaml(text)
+    loaded = load_compiled(text)
     return loaded.lines.line(segments) if loaded.data is not None else None
 
 
@@ -65,6 +65,14 @@ def summary(out: dict[str, Any], file: str | None = None, text: str | None = Non
         lines.append(f"  {step}: {', '.join(r['status'] for r in runs)}")
         for n, counts in enumerate(loops.get(step) or [], 1):
             lines.append(f"    {'loop' if len(loops[step]) == 1 else f'loop run {n}'}: {loop_counts(counts)}")
+    if out.get("paused"):  # `noetl status`: what a running execution waits for (SEMANTICS §17)
+        lines.append("  paused: nothing new is scheduled until `noetl resume`")
+    for w in out.get("waiting") or ():
+        limit = f", at most {w['timeout_s']} s" if w.get("timeout_s") else ""
+        lines.append(
+            f"  waiting: step {w['step']} for signal {w['signal']!r} since {w['since']}{limit} "
+            f"(`noetl signal {out['execution_id']} {w['signal']} --data JSON`)"
+        )
     err = out.get("error")
     if err:
         lines.append(f"error: {err.get('kind')}: {err.get('message')}")

@@ -17,7 +17,7 @@ from typing import Any
 from noetl.dsl.cache import parse_playbook, template_engine
 from noetl.dsl.errors import EventBytesLimitError, ExecutionCancelledError, KeychainUnresolvedError
 from noetl.dsl.specmerge import deep_merge
-from noetl.engine import loops, routing
+from noetl.engine import loops, outside, routing
 from noetl.engine.emitter import Decision, Emitter
 from noetl.engine.endings import ending
 from noetl.engine.limits import DEFAULT_MAX_EVENT_BYTES, by_reference, execution_limit, size
@@ -37,6 +37,7 @@ def new_state(event: dict[str, Any]) -> ExecutionState:
         playbook=playbook,
         workload=workload,
         parent_execution_id=event.get("parent_execution_id"),
+        parent_iter=p["parent_iter"] if isinstance(p.get("parent_iter"), dict) else None,
         trace_id=trace_of(event),
         partition=int(p.get("partition", 0)),
     )
@@ -44,7 +45,7 @@ def new_state(event: dict[str, Any]) -> ExecutionState:
 
 def is_input(event: dict[str, Any]) -> bool:
     name = event.get("name")
-    if name in ("playbook.execution.requested", "execution.cancel.requested"):
+    if name in _OUTSIDE_INPUTS:
         return True
     return event.get("source") == "worker" and name in (
         "step.done",
@@ -52,6 +53,20 @@ def is_input(event: dict[str, Any]) -> bool:
         "loop.iteration.done",
         "loop.iteration.failed",
     )
+
+
+# inputs whoever writes them (the server's adapters do): requests, cancels, and time and the
+# outside world (SEMANTICS §16, §17)
+_OUTSIDE_INPUTS = frozenset(
+    {
+        "playbook.execution.requested",
+        "execution.cancel.requested",
+        "timer.fired",
+        "signal.received",
+        "execution.pause.requested",
+        "execution.resume.requested",
+    }
+)
 
 
 # filter work one decision's renders may do together (each render also has its own limit): the
@@ -90,7 +105,16 @@ def _decide(state: ExecutionState, event: dict[str, Any]) -> Decision:
         for run in state.runs.values():
             if run.loop is not None and run.status == "running":
                 loops.maybe_end_loop(state, run, em)
+    elif name == "timer.fired":
+        outside.on_timer(state, event, em)
+    elif name == "signal.received":
+        outside.on_signal(state, event, em)
+    elif name == "execution.pause.requested":
+        outside.on_pause(state, event, em)
+    elif name == "execution.resume.requested":
+        outside.on_resume(state, event, em)
     _check_event_bytes(state, em)
+    outside.stop_idle(state, em)
     _maybe_finish(state, em)
     return em.out
 
@@ -136,6 +160,7 @@ def _on_requested(state: ExecutionState, event: dict[str, Any], em: Emitter) -> 
         "in_progress",
         {"workload_keys": sorted(state.workload)},
     )
+    outside.on_started(state, em)
     routing.arrive(state, "start", {}, None, em)
 
 

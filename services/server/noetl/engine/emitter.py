@@ -22,6 +22,10 @@ class Decision:
     objects: list[tuple[str, bytes]] = field(default_factory=list)
     # step runs of loops that ended: no iteration of theirs runs again, so their snapshots can go
     ended_loops: list[str] = field(default_factory=list)
+    # timers to arm ({timer_id, execution_id, partition, kind, at, step_run_id}) and to disarm
+    # (ids): the adapter keeps them in JetStream, which delivers timer.fired at the due time
+    timers: list[dict[str, Any]] = field(default_factory=list)
+    cancel_timers: list[str] = field(default_factory=list)
 
 
 class Emitter:

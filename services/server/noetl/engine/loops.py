@@ -12,8 +12,10 @@ from noetl.dsl.errors import (
     LoopInNotListError,
     LoopSizeLimitError,
     NoetlError,
+    ReducerTypeError,
 )
 from noetl.dsl.model import Step
+from noetl.dsl.reducers import apply_reduced
 from noetl.engine import routing
 from noetl.engine.emitter import Emitter
 from noetl.engine.limits import DEFAULT_MAX_LOOP_ITEMS, by_reference, execution_limit, too_large
@@ -71,11 +73,26 @@ def _dispatch(state: ExecutionState, step: Step, run: RunState, em: Emitter) -> 
     loop, spec = run.loop, step.loop
     assert loop is not None and spec is not None
     cap = spec.max_in_flight if spec.mode == "parallel" else 1
-    while loop.in_flight < cap and loop.next_index < loop.total and not loop.stopped and not state.failed:
+    while (
+        loop.in_flight < cap
+        and loop.next_index < loop.total
+        and not loop.stopped
+        and not state.failed
+        and not state.paused  # SEMANTICS §17: a paused execution starts no new iteration
+    ):
         i = loop.next_index
         loop.next_index += 1
         loop.in_flight += 1
-        em.command(run, index=i, iter_={spec.iterator: loop.items[i], "index": i})
+        iter_: dict[str, Any] = {spec.iterator: loop.items[i], "index": i}
+        if state.parent_iter is not None:  # a child of a loop iteration sees it as iter.parent (§19)
+            iter_["parent"] = state.parent_iter
+        em.command(run, index=i, iter_=iter_)
+
+
+def resume_loop(state: ExecutionState, run: RunState, em: Emitter) -> None:
+    """The execution resumed: the iterations the pause held back start now."""
+    _dispatch(state, state.playbook.step(run.step), run, em)
+    maybe_end_loop(state, run, em)
 
 
 def on_iteration(state: ExecutionState, run: RunState, event: dict[str, Any], em: Emitter) -> None:
@@ -88,14 +105,22 @@ def on_iteration(state: ExecutionState, run: RunState, event: dict[str, Any], em
     loop.finished[i] = True
     loop.in_flight -= 1
     step = state.playbook.step(run.step)
-    routing.apply_patches(state, p)
-    if event["name"] == "loop.iteration.done":
+    ok, error = event["name"] == "loop.iteration.done", p.get("error")
+    if step.loop is not None and step.loop.reducers:
+        try:  # SEMANTICS §20: declared keys combine in log order; all of the iteration's writes or none
+            where = f"loop step {run.step!r}, iteration {i}"
+            state.ctx = apply_reduced(state.ctx, p.get("ctx_patches") or [], step.loop.reducers, where)
+        except ReducerTypeError as e:
+            ok, error = False, e.to_dict()
+    else:
+        routing.apply_patches(state, p)
+    if ok:
         loop.done += 1
         loop.results[i] = p.get("result")
     else:
         loop.failed += 1
         if loop.first_error is None:
-            loop.first_error = p.get("error")
+            loop.first_error = error
         if step.failure_mode == "fail_fast":
             loop.stopped = True
     _dispatch(state, step, run, em)

@@ -7,8 +7,9 @@ from typing import Any
 
 from noetl.dsl.cache import template_engine
 from noetl.dsl.errors import NoetlError, StepFailedError, StepRunLimitError, TemplateError
+from noetl.dsl.model import Step
 from noetl.dsl.policy import admit, apply_patch, evaluate_arcs
-from noetl.engine import loops
+from noetl.engine import loops, outside
 from noetl.engine.emitter import Emitter, event_view
 from noetl.engine.limits import DEFAULT_MAX_STEP_RUNS, execution_limit, too_large
 from noetl.engine.state import ExecutionState, RunState
@@ -62,11 +63,30 @@ def arrive(
         state.pending -= 1
         em.event("step.skipped", "step", step_name, "skipped", {"args": args}, run)
         return
-    em.event("step.scheduled", "step", step_name, "in_progress", {"args": args}, run)
-    if step.loop is not None:
+    if step.lifecycle is not None and step.lifecycle.await_signal:
+        outside.wait(state, step, run, trigger, em)  # SEMANTICS §17: starts when its signal comes
+        return
+    start(state, step, run, trigger, em)
+
+
+def start(
+    state: ExecutionState, step: Step, run: RunState, trigger: dict[str, Any] | None, em: Emitter
+) -> None:
+    """An admitted token (whose signal, if it awaits one, has come) is scheduled, unless the
+    execution is paused: then it is held until it resumes (SEMANTICS §17)."""
+    step_name = run.step
+    if state.paused:
+        outside.hold(state, run, trigger)
+        return
+    em.event("step.scheduled", "step", step_name, "in_progress", {"args": run.args}, run)
+    if (step.loop is not None or step.tool) and (late := outside.arm_step(state, step, run, em)):
+        server_step_failed(state, run, late, em)
+    elif step.loop is not None:
         loops.start_loop(state, step, run, trigger, em)
     elif not step.tool:
-        payload = {"result": None}
+        # a router that awaited a signal ends with the signal's data (an approval's answer)
+        awaited = step.lifecycle is not None and step.lifecycle.await_signal
+        payload = {"result": run.args.get("signal") if awaited else None}
         em.event("step.done", "step", step_name, "success", payload, run)
         on_terminal(state, run, "step.done", payload, em)
     elif (oversize := too_large(state, run)) is not None:
@@ -92,6 +112,7 @@ def on_terminal(
     """A step run ended: record it, fire its arcs (SEMANTICS §8) or note a leaf or a failure."""
     failed = name == "step.failed"
     run.status = "failed" if failed else "done"
+    outside.disarm(run, em)
     run.result = payload.get("result")
     run.error = payload.get("error")
     state.pending -= 1

@@ -38,10 +38,13 @@ class RunState:
     step: str
     seq: int  # arrival order within the execution
     args: dict[str, Any]
-    status: str = "running"  # running | done | failed | skipped
+    status: str = "running"  # running | done | failed | skipped | waiting (a signal) | held (paused)
     result: Any = None
     error: dict[str, Any] | None = None
     loop: LoopState | None = None
+    # a waiting or held run starts later: the event whose arc brought its token (loop.in sees it)
+    trigger: dict[str, Any] | None = None
+    timers: list[str] = field(default_factory=list)  # ids of its armed timers (SEMANTICS §16)
 
 
 @dataclass
@@ -51,6 +54,7 @@ class ExecutionState:
     workload: dict[str, Any]
     ctx: dict[str, Any] = field(default_factory=dict)
     parent_execution_id: str | None = None
+    parent_iter: dict[str, Any] | None = None  # the calling iteration's iter (SEMANTICS §19)
     trace_id: str | None = None
     partition: int = 0
     runs: dict[str, RunState] = field(default_factory=dict)
@@ -64,3 +68,8 @@ class ExecutionState:
     result: Any = None  # result of the last leaf run (SEMANTICS §13)
     folded_inputs: int = 0
     event_bytes: int = 0  # payload bytes of the inputs folded and the events written (limits)
+    # time and the outside world (SEMANTICS §16, §17)
+    started_at: str | None = None  # timestamp of workflow.started: deadlines count from it
+    paused: bool = False
+    held: list[str] = field(default_factory=list)  # runs admitted while paused, in arrival order
+    signals: dict[str, list[Any]] = field(default_factory=dict)  # queued signal data by name

@@ -16,12 +16,18 @@ from nats.js.errors import NotFoundError
 from noetl.dsl.cache import digest_of, parse_playbook
 from noetl.dsl.errors import (
     CredentialScopeError,
+    ExecutionFinishedError,
     NoSuchEntityError,
     PlaybookInvalidError,
     RequestInvalidError,
     reply_error,
 )
-from noetl.dsl.names import execution_id_problem, request_id_problem
+from noetl.dsl.names import (
+    execution_id_problem,
+    request_id_problem,
+    schedule_name_problem,
+    signal_name_problem,
+)
 from noetl.engine.endings import ending
 from noetl.events import subjects as s
 from noetl.events.bus import publish_all
@@ -126,6 +132,8 @@ class RequestHandler:
                 "keychain_missing": missing,
                 "partition": partition,
                 "request_id": request_id,
+                **({"schedule": req["schedule"]} if req.get("schedule") else {}),
+                **({"parent_iter": req["parent_iter"]} if req.get("parent_iter") is not None else {}),
             },
             parent_execution_id=req.get("parent_execution_id"),
             trace_id=req.get("trace_id") or execution_id,
@@ -182,6 +190,63 @@ class RequestHandler:
         await publish_all(self.js, [(subject, dumps(event), event["event_id"])])
         return {"execution_id": execution_id, "cancel": "requested"}
 
+    async def outside(self, subject: str, data: bytes, msg_id: str | None = None) -> dict[str, Any]:
+        """Record a signal, pause or resume (SEMANTICS §17) as an engine input of its execution.
+        The body is ``{execution_id, request_id, signal?, data?, reason?}``; ``request_id`` (or the
+        message id) names this one request, so a repeated publish is recorded once."""
+        what = subject.rsplit(".", 1)[-1]
+        try:
+            req = loads(data)
+            execution_id = req["execution_id"]
+        except (ValueError, KeyError, TypeError):
+            return reply_error(RequestInvalidError(f'{what} needs {{"execution_id": ...}}'))
+        if problem := execution_id_problem(execution_id):
+            return reply_error(RequestInvalidError(f"{what}: {problem}"))
+        request_id = str(req.get("request_id") or msg_id or derive_id(what, data.decode(errors="replace")))
+        if problem := request_id_problem(request_id):
+            return reply_error(RequestInvalidError(f"{what}: {problem}"))
+        payload: dict[str, Any] = {"request_id": request_id}
+        if what == "signal":
+            if problem := signal_name_problem(req.get("signal")):
+                return reply_error(RequestInvalidError(problem))
+            payload.update(signal=req["signal"], data=req.get("data"))
+        elif req.get("reason") is not None:
+            payload["reason"] = str(req["reason"])[:500]
+        partition = await self._partition_of_recorded(execution_id)
+        if partition is None:
+            log.warning("%s ignored: no execution %s", what, execution_id)
+            return reply_error(NoSuchEntityError(f"no execution {execution_id}"))
+        if await self._finished(execution_id):
+            return reply_error(
+                ExecutionFinishedError(f"execution {execution_id} has finished: there is nothing to {what}")
+            )
+        name = {"signal": "signal.received", "pause": "execution.pause.requested"}.get(
+            what, "execution.resume.requested"
+        )
+        event = make_event(
+            event_id=derive_id(what, execution_id, request_id),
+            execution_id=execution_id,
+            timestamp=utc_now(),
+            source="server",
+            name=name,
+            entity_type="workflow",
+            entity_id=execution_id,
+            status="in_progress",
+            payload=payload,
+        )
+        subject = s.event_subject(partition, execution_id, name)
+        await publish_all(self.js, [(subject, dumps(event), event["event_id"])])
+        return {"execution_id": execution_id, what: "recorded", "request_id": request_id}
+
+    async def _finished(self, execution_id: str) -> bool:
+        try:
+            await self.js.get_last_msg(
+                s.EVENTS_STREAM, s.execution_event_filter(execution_id, "workflow.finished")
+            )
+        except NotFoundError:
+            return False
+        return True
+
     async def reject_unrecordable(self, data: bytes, msg_id: str | None, cause: BaseException) -> None:
         """A request that failed for no reason of NATS's (a bug, input nothing foresaw) ends in
         ``workflow.finished`` all the same when its sender gave an id, rather than vanishing."""
@@ -230,7 +295,9 @@ class RequestHandler:
             "playbook",
             "payload",
             "parent_execution_id",
+            "parent_iter",
             "trace_id",
+            "schedule",
         }
         if unknown:
             raise RequestInvalidError(f"unknown request fields: {', '.join(sorted(unknown))}")
@@ -238,10 +305,16 @@ class RequestHandler:
             raise RequestInvalidError("request needs `path` (a catalog playbook) or `playbook` (inline YAML)")
         if req.get("payload") is not None and not isinstance(req["payload"], dict):
             raise RequestInvalidError("request `payload` must be a JSON object")
+        if req.get("parent_iter") is not None and not isinstance(req["parent_iter"], dict):
+            raise RequestInvalidError(
+                "request `parent_iter` must be a JSON object: the calling loop iteration's `iter` "
+                "(the `playbook` tool sets it; leave it out otherwise)"
+            )
         for key, problem in (
             ("request_id", request_id_problem),
             ("execution_id", execution_id_problem),
             ("parent_execution_id", execution_id_problem),
+            ("schedule", schedule_name_problem),
         ):
             if req.get(key) is not None and (msg := problem(req[key])):
                 raise RequestInvalidError(f"request `{key}`: {msg}")

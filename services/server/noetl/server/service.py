@@ -41,6 +41,7 @@ from noetl.events.puller import Puller, PullError, ack_stored, consumer_sequence
 from noetl.events.retry import describe, is_transient, retrying
 from noetl.events.runtime import cancel_and_wait, process_id
 from noetl.events.streams import ensure_all, ensure_consumer, replicated
+from noetl.server import schedules, timers
 from noetl.server.lanes import SLOW_DECISION_S, SlowLanes
 from noetl.server.leases import PartitionLeases
 from noetl.server.requests import RequestHandler
@@ -120,6 +121,12 @@ class Server:
                 old = s.partition_reader_name(p)
                 await self.nc.publish(s.consumer_delete_subject(s.EVENTS_STREAM, old), b"")
         self._tasks.append(asyncio.create_task(self._request_loop(), name="noetl-requests"))
+        self._tasks.append(asyncio.create_task(timers.due_loop(self.nc, self._stopping), name="noetl-timers"))
+        self._tasks.append(
+            asyncio.create_task(
+                schedules.fire_loop(self.nc, self.requests, self._stopping), name="noetl-schedules"
+            )
+        )
         if self._static is not None or self._all:
             for p in self._static if self._static is not None else range(self.partitions):
                 await self._start_partition(p)
@@ -221,11 +228,13 @@ class Server:
                     log.warning("request fetch failed: %s", e)
                     await asyncio.sleep(0.2)
                     continue
-                # requests are independent of each other: handle a batch at once; its cancels after
-                # them, so a cancel sent right after its request finds the execution recorded
-                cancels = [m for m in msgs if m.subject == s.CANCEL_SUBJECT]
-                await asyncio.gather(*(self._request(m) for m in msgs if m.subject != s.CANCEL_SUBJECT))
-                await asyncio.gather(*(self._request(m) for m in cancels))
+                # requests are independent of each other: handle a batch at once; its cancels,
+                # signals, pauses and resumes after them, so one sent right after its request finds
+                # the execution recorded, and in the order they came (signals queue in that order)
+                others = [m for m in msgs if m.subject != s.REQUEST_SUBJECT]
+                await asyncio.gather(*(self._request(m) for m in msgs if m.subject == s.REQUEST_SUBJECT))
+                for m in others:
+                    await self._request(m)
         finally:
             with contextlib.suppress(Exception):
                 await puller.stop(nak=True)  # requests delivered and not handled: to the next server now
@@ -238,6 +247,8 @@ class Server:
         async def attempt() -> Any:
             if m.subject == s.CANCEL_SUBJECT:
                 return await self.requests.cancel(m.data)
+            if m.subject in (s.SIGNAL_SUBJECT, s.PAUSE_SUBJECT, s.RESUME_SUBJECT):
+                return await self.requests.outside(m.subject, m.data, msg_id)
             return await self.requests.handle(m.data, msg_id)
 
         holding = asyncio.create_task(_hold(m))
@@ -384,13 +395,15 @@ class Server:
         objects = [o for g in groups.values() for o in g.objects]
         events = [e for g in groups.values() for e in g.events]
         commands = [c for g in groups.values() for c in g.commands]
+        armed = [t for g in groups.values() for t in g.timers]
         try:
-            await self._until_stored(self._store(objects, events, commands, partition, last_seq))
+            await self._until_stored(self._store(objects, events, commands, partition, last_seq, armed))
         except _Unstorable:
             await self._store_each(groups, partition, last_seq)
         self.lanes.release()
         if ended_loops:
             await self._purge_snapshots(ended_loops)
+        await self._disarm(groups)
         self.decided += len(batch)
         self._forget_finished()
 
@@ -407,12 +420,23 @@ class Server:
         group = groups.setdefault(event["execution_id"], _Outputs(event))
         group.cause = event
         group.objects.extend(decision.objects)
+        group.timers.extend(decision.timers)
+        group.disarm.extend(decision.cancel_timers)
         ended_loops.extend((event["execution_id"], run_id) for run_id in decision.ended_loops)
         for ev in decision.events:
             subject = s.event_subject(partition, ev["execution_id"], ev["name"])
             group.events.append((subject, dumps(ev), ev["event_id"], ev["name"] in _WAITED_FOR))
         for cmd in decision.commands:
             group.commands.append((s.command_subject(cmd["pool"]), dumps(cmd), cmd["command_id"]))
+
+    async def _disarm(self, groups: dict[str, _Outputs]) -> None:
+        """Timers of runs that ended, and every timer of an execution that finished."""
+        for eid, g in groups.items():
+            state = self.states.get(eid)
+            if state is not None and state.finished and timers.uses_timers(state.playbook):
+                await timers.disarm(self.nc, eid)
+            elif g.disarm:
+                await timers.disarm(self.nc, eid, g.disarm)
 
     def _forget_finished(self) -> None:
         for eid in [e for e, st in self.states.items() if st.finished]:
@@ -431,11 +455,12 @@ class Server:
         self._collect(groups, ended_loops, partition, event, decision)
         g = groups[event["execution_id"]]
         try:
-            await self._until_stored(self._store(g.objects, g.events, g.commands, partition, None))
+            await self._until_stored(self._store(g.objects, g.events, g.commands, partition, None, g.timers))
         except _Unstorable:
             await self._store_each(groups, partition, None)
         if ended_loops:
             await self._purge_snapshots(ended_loops)
+        await self._disarm(groups)
         self.decided += 1
         self._forget_finished()
 
@@ -446,7 +471,9 @@ class Server:
         it forever and stalling every execution of the partition behind it."""
         for eid, g in groups.items():
             try:
-                await self._until_stored(self._store(g.objects, g.events, g.commands, partition, None))
+                await self._until_stored(
+                    self._store(g.objects, g.events, g.commands, partition, None, g.timers)
+                )
                 continue
             except _Unstorable as e:
                 cause = e.__cause__ or e
@@ -494,9 +521,11 @@ class Server:
         commands: list[tuple[str, bytes, str]],
         partition: int,
         seq: int | None,
+        armed: list[dict[str, Any]] | None = None,
     ) -> Any:
         """Events ride on the ack of the batch's last one (``Outbox``), except those clients wait
-        for; every command is acknowledged on its own, as a lost one would stall its execution."""
+        for; every command is acknowledged on its own, as a lost one would stall its execution.
+        Timers are stored before the checkpoint moves, like the decisions that armed them."""
 
         async def attempt() -> None:
             if objects:
@@ -510,6 +539,8 @@ class Server:
             for subject, data, msg_id in commands:
                 await outbox.send(subject, data, msg_id, ack=True)
             await outbox.confirm()
+            if armed:
+                await timers.arm(self.js, armed)
             # the checkpoint moves only after the decisions are stored
             if seq is not None:
                 await self._checkpoint_to(partition, seq)
@@ -625,10 +656,12 @@ async def _hold(msg: Any, every: float = REQUEST_ACK_WAIT / 3) -> None:
 class _Outputs:
     """One execution's share of a batch's outputs, and the input that caused the last of them."""
 
-    __slots__ = ("cause", "commands", "events", "objects")
+    __slots__ = ("cause", "commands", "disarm", "events", "objects", "timers")
 
     def __init__(self, cause: dict[str, Any]) -> None:
         self.cause = cause
+        self.timers: list[dict[str, Any]] = []
+        self.disarm: list[str] = []
         self.objects: list[tuple[str, bytes]] = []
         self.events: list[tuple[str, bytes, str, bool]] = []
         self.commands: list[tuple[str, bytes, str]] = []

@@ -254,6 +254,8 @@ class Pipeline:
             if self.emit:
                 await self.emit("task.started", task, run_no, {"kind": kind, "attempt": attempt})
             extra: dict[str, Any] = {"prev": context.get("_prev"), "command_id": self.command_id}
+            if self.step.loop is not None and context.get("iter") is not None:
+                extra["iter"] = context["iter"]  # a child playbook's iterations see it as iter.parent (§19)
             if task.kind == "python":  # where its code sits in the playbook, for error messages
                 extra["code_origin"] = (self.playbook.source, task.line)
             tctx = ToolContext(

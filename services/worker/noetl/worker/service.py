@@ -28,6 +28,7 @@ from nats.js.errors import KeyNotFoundError
 
 from noetl.dsl.cache import parse_playbook, template_engine
 from noetl.dsl.errors import (
+    AbortedError,
     DeploymentError,
     ExecutionCancelledError,
     NoetlError,
@@ -103,6 +104,10 @@ class Worker:
         self._by_execution: dict[str, set[asyncio.Task[Any]]] = {}
         self._interrupted: set[asyncio.Task[Any]] = set()
         self._cancel_sub: Any = None
+        # step runs the server stopped (a time limit, SEMANTICS §16), and their running commands
+        self._stopped_runs: dict[str, None] = {}
+        self._by_run: dict[str, set[asyncio.Task[Any]]] = {}
+        self._stop_sub: Any = None
 
     async def start(self) -> None:
         await ensure_all(self.js, self.replicas)  # waits out a cluster still electing its leaders
@@ -119,15 +124,17 @@ class Worker:
         import noetl.worker.tools  # noqa: F401  (registers the kinds)
 
         self._cancel_sub = await self.nc.subscribe(s.CANCEL_EVENTS_FILTER, cb=self._on_cancel)
+        self._stop_sub = await self.nc.subscribe(s.STEP_CANCELLED_FILTER, cb=self._on_step_cancelled)
         self._lease_task = asyncio.create_task(self._lease_loop(), name=f"noetl-leases-{self.pool}")
         self._loop_task = asyncio.create_task(self._pull_loop(), name=f"noetl-worker-{self.pool}")
 
     async def stop(self, drain: bool = True) -> None:
         """Stop pulling; with ``drain`` let running commands finish (SIGTERM), else abandon them."""
         self._stopping.set()
-        if self._cancel_sub is not None:
-            with contextlib.suppress(Exception):
-                await self._cancel_sub.unsubscribe()
+        for sub in (self._cancel_sub, self._stop_sub):
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
         if self._loop_task:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -206,6 +213,21 @@ class Worker:
         while len(self._cancelled) > _CANCELLED_KEEP:
             del self._cancelled[next(iter(self._cancelled))]
         for task in list(self._by_execution.get(execution_id, ())):
+            if task not in self._interrupted:
+                self._interrupted.add(task)
+                task.cancel()
+
+    async def _on_step_cancelled(self, msg: Any) -> None:
+        """The server ended a step run (its time limit passed): stop its commands still running;
+        its later commands (loop iterations already queued) end at once."""
+        try:
+            run_id = loads(msg.data)["step_run_id"]
+        except (ValueError, KeyError, TypeError):
+            return
+        self._stopped_runs[run_id] = None
+        while len(self._stopped_runs) > _CANCELLED_KEEP:
+            del self._stopped_runs[next(iter(self._stopped_runs))]
+        for task in list(self._by_run.get(run_id, ())):
             if task not in self._interrupted:
                 self._interrupted.add(task)
                 task.cancel()
@@ -340,28 +362,41 @@ class Worker:
         return out, kinds
 
     async def _run_pipeline(
-        self, execution_id: str, pipe: Pipeline, snapshot: Snapshot | None, iter_: dict[str, Any] | None
+        self,
+        execution_id: str,
+        pipe: Pipeline,
+        snapshot: Snapshot | None,
+        iter_: dict[str, Any] | None,
+        run_id: str = "",
     ) -> RunResult:
-        """Run in this command's own task; a cancellation of the execution interrupts it here."""
+        """Run in this command's own task; a cancellation of the execution, or the server stopping
+        the step run, interrupts it here."""
         if execution_id in self._cancelled:
             return _cancelled()
+        if run_id in self._stopped_runs:
+            return _stopped()
         task = asyncio.current_task()
         assert task is not None
         running = self._by_execution.setdefault(execution_id, set())
         running.add(task)
+        of_run = self._by_run.setdefault(run_id, set())
+        of_run.add(task)
         try:
             return await pipe.run(snapshot, iter_)
         except asyncio.CancelledError:
             # ours (the execution was cancelled) and nobody else's, e.g. not a shutdown's
             if task in self._interrupted and task.cancelling() == 1:
                 task.uncancel()
-                return _cancelled()
+                return _cancelled() if execution_id in self._cancelled else _stopped()
             raise
         finally:
             self._interrupted.discard(task)
             running.discard(task)
+            of_run.discard(task)
             if not running:
                 self._by_execution.pop(execution_id, None)
+            if not of_run:
+                self._by_run.pop(run_id, None)
 
     async def _run_command(self, cmd: dict[str, Any], msg: Any) -> None:
         # each command runs in a task of its own, so these bindings end with it
@@ -501,7 +536,7 @@ class Worker:
             checkpoint=checkpoint,
             command_id=cid,
         )
-        res = await self._run_pipeline(exec_id, pipe, snapshot, cmd.get("iter"))
+        res = await self._run_pipeline(exec_id, pipe, snapshot, cmd.get("iter"), run_id)
         result = await externalize(self.js, masker.mask(res.result), f"{key_base}/result", limit)
         payload: dict[str, Any] = {"result": result}
         if res.ctx_patches:  # the fold reads a missing list as empty: no bytes for nothing
@@ -509,6 +544,15 @@ class Worker:
         if not res.ok:
             payload["error"] = masker.mask(res.error)
         await self._publish_terminal(cmd, res.ok, payload, outbox)
+
+
+def _stopped() -> RunResult:
+    return RunResult(
+        ok=False,
+        error=AbortedError(
+            "the server stopped this step run (its time limit passed); it was interrupted"
+        ).to_dict(),
+    )
 
 
 def _cancelled() -> RunResult:

@@ -16,7 +16,8 @@ from noetl.dsl.analysis.exprs import UNKNOWN, literal
 from noetl.dsl.analysis.report import Finding, finding
 from noetl.dsl.model import Playbook, Rule, Step, Task
 from noetl.dsl.shapes import task_entries
-from noetl.dsl.yamlload import LineMap, Path, fmt_path, load_yaml
+from noetl.dsl.sugar import load_compiled
+from noetl.dsl.yamlload import LineMap, Path, fmt_path
 
 
 def step_path(i: int) -> Path:
@@ -53,7 +54,7 @@ class Analysis:
 
     @classmethod
     def build(cls, playbook: Playbook) -> Analysis:
-        loaded = load_yaml(playbook.source, playbook.file)
+        loaded = load_compiled(playbook.source, playbook.file)
         lines = loaded.lines
         if isinstance(loaded.data, dict) and isinstance(loaded.data.get("workflow"), list):
             for i, step in enumerate(loaded.data["workflow"]):

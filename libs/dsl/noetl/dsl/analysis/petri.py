@@ -34,7 +34,9 @@ def terminal_events(step: Step) -> list[dict[str, Any]]:
     if step.tool:
         return [{"name": "step.done", **done, "payload": UNKNOWN}, failed]
     out = [{"name": "step.done", **done, "payload": UNKNOWN}]
-    return [*out, failed] if step.admit is not None else out
+    # a router fails on an admission error, or when the signal it awaits does not come in time
+    awaits_with_limit = step.lifecycle is not None and bool(step.lifecycle.await_timeout_s)
+    return [*out, failed] if step.admit is not None or awaits_with_limit else out
 
 
 @dataclass
@@ -277,4 +279,31 @@ def analyze_net(a: Analysis) -> Net:
             )
         _dead_arcs(a, step, net)
     _no_end(a, net)
+    _awaits_in_fan_out(a, net)
     return net
+
+
+def _awaits_in_fan_out(a: Analysis, net: Net) -> None:
+    """A step awaiting a signal (SEMANTICS §17) downstream of an inclusive fan-out can hold several
+    tokens at once; each waits for a signal of its own, which surprises whoever expects one signal
+    to release them all. Correct as written, so a hint that says how it behaves. A signal nobody in
+    the playbook sends is normal (people and other systems send it) and is not reported."""
+    fans = {
+        step.name
+        for step in a.playbook.workflow
+        if step.next is not None and step.next.mode == "inclusive" and len(step.next.arcs) > 1
+    }
+    for i, step in enumerate(a.playbook.workflow):
+        lc = step.lifecycle
+        if lc is None or not lc.await_signal or step.name not in net.reachable:
+            continue
+        if step.name in fans or not fans & net.ancestors(step.name):
+            continue
+        a.add(
+            "await-in-fan-out",
+            (*step_path(i), "spec", "policy", "lifecycle", "await"),
+            f"step `{step.name}` awaits signal `{lc.await_signal}` after an inclusive fan-out: each token "
+            "that reaches it waits for a signal of its own (one signal releases one token, in arrival "
+            "order; signals sent early wait in a queue). Send one signal per branch, or join the "
+            "branches (admission) before the step so one signal suffices",
+        )

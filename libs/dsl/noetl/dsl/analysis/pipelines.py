@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from noetl.dsl.analysis.context import Analysis, task_path
+from noetl.dsl.analysis.context import Analysis, rule_path, rule_then, task_path
 from noetl.dsl.analysis.exprs import evaluate
 from noetl.dsl.analysis.petri import sccs
 from noetl.dsl.model import Step
@@ -142,6 +142,41 @@ def _unreachable(a: Analysis, step: Step, edges: dict[str, list[Edge]]) -> None:
             )
 
 
+def _reducer_for(value: object) -> str:
+    """A likely reducer for a write, from how it is spelled (`+ [x]` appends, a number sums)."""
+    text = str(value)
+    if "+ [" in text or "+[" in text:
+        return "append"
+    if "| combine" in text or "|combine" in text:
+        return "merge"
+    return "sum"
+
+
+def _ctx_races(a: Analysis, step: Step) -> None:
+    """A sequential loop that writes a ctx key without a reducer works only because its iterations
+    run one at a time: switching it to `parallel` is then rejected (or, with a reducer added
+    carelessly, changes the result). Say so while the loop is still sequential (SEMANTICS §20)."""
+    if step.loop is None or step.loop.mode != "sequential":
+        return
+    i = a.index(step)
+    seen: set[str] = set()
+    for j, task in enumerate(step.tool):
+        for r, rule in enumerate(a.task_policy_rules(task)):
+            for key, value in (rule_then(rule).get("set_ctx") or {}).items():
+                if key in step.loop.reducers or key in seen:
+                    continue
+                seen.add(key)
+                then = ("else", "then") if rule.is_else else ("then",)
+                a.add(
+                    "ctx-race-if-parallel",
+                    (*rule_path(i, j, r), *then, "set_ctx", key),
+                    f"the sequential loop of step `{step.name}` writes ctx key `{key}` without a reducer: "
+                    f"its iterations would race on it if the loop were made parallel; declare how writes "
+                    f"combine in `loop.spec.policy.reducers` (e.g. `{key}: {_reducer_for(value)}`), "
+                    "or keep it in `set_iter`",
+                )
+
+
 def analyze_pipelines(a: Analysis, reachable: set[str]) -> dict[str, dict[str, list[Edge]]]:
     out: dict[str, dict[str, list[Edge]]] = {}
     for step in a.playbook.workflow:
@@ -151,4 +186,5 @@ def analyze_pipelines(a: Analysis, reachable: set[str]) -> dict[str, dict[str, l
         if step.name in reachable:
             _cycles(a, step, edges)
             _unreachable(a, step, edges)
+            _ctx_races(a, step)
     return out

@@ -36,11 +36,13 @@ class MigrationResult:
         return [n for n in self.notes if n.untranslated]
 
 
-def migrate_text(text: str, file: str = "<playbook>") -> MigrationResult:
+def migrate_text(text: str, file: str = "<playbook>", *, sugar: bool = False) -> MigrationResult:
+    """Canonical v10 by default; ``sugar`` writes a task `when` as a `choose` instead of the gate
+    task it compiles to (SEMANTICS §21: the sugar is optional, so it is only emitted on request)."""
     src = load_source(text, file)
     if src.problems:
         return MigrationResult(None, problems=src.problems)
-    m = Migrator(src, file)
+    m = Migrator(src, file, sugar=sugar)
     doc = translate_document(m, src.data)
     if doc is None:
         return MigrationResult(

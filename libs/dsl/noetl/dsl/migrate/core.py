@@ -39,6 +39,7 @@ class Migrator:
     file: str
     notes: list[Note] = field(default_factory=list)
     var_renames: dict[str, str] = field(default_factory=lambda: {"vars": "ctx"})
+    sugar: bool = False  # emit choose/while/until where they say it shorter (`noetl migrate --sugar`)
 
     @property
     def o(self) -> Any:

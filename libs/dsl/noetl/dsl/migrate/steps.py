@@ -136,6 +136,9 @@ def _gate(m: Migrator, pipe: Pipeline, j: int, label: str, cond: Any, path: Path
     """A task `when`: a noop before it that jumps past it when the condition is false."""
     labels = pipe.labels()
     test = rewrite_all(cond, task_renames(m, None)) if isinstance(cond, str) else "{{ true }}"
+    if m.sugar:
+        _choose_gate(m, pipe, j, label, str(test), path)
+        return
     skip: dict[str, Any] = {"do": "jump", "to": labels[j + 1]} if j + 1 < len(labels) else {"do": "break"}
     gate = _gate_task(m, pipe, label, str(test), skip)
     pipe.insert(j, gate, (*path, "when"))
@@ -143,6 +146,25 @@ def _gate(m: Migrator, pipe: Pipeline, j: int, label: str, cond: Any, path: Path
         (*path, "when"),
         f"a task `when` became the noop task `{gate['name']}` before it, which jumps past "
         f"`{label}` when the condition is false",
+    )
+
+
+def _choose_gate(m: Migrator, pipe: Pipeline, j: int, label: str, test: str, path: Path) -> None:
+    """``--sugar``: a task `when` becomes a one-branch `choose` around the task, which reads as
+    the draft did; it compiles to the same gate the canonical output spells out."""
+    tasks = pipe._as_list()
+    origin = m.origin(tasks, j)
+    do: list[Any] = []
+    m.put(do, None, tasks[j], origin)
+    branch = {"when": test, "do": do}
+    choose: list[Any] = []
+    m.put(choose, None, branch, (*path, "when"))
+    name = pipe.unique(f"{label}_when")
+    m.put(tasks, j, {"name": name, "choose": choose}, origin)
+    m.did(
+        (*path, "when"),
+        f"a task `when` became the `choose` `{name}` around `{label}` (--sugar), which runs it only "
+        "when the condition is true",
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from noetl.server.api import catalog, credentials, executions, ops
+from noetl.server.api import catalog, credentials, executions, ops, outside
 from noetl.server.api.auth import BearerAuth
 from noetl.server.api.context import ApiContext
 
@@ -14,7 +14,14 @@ def build_app(ctx: ApiContext) -> Starlette:
     from noetl.server.console.pages import routes as console_routes  # it imports the API modules
 
     app = Starlette(
-        routes=[*executions.routes, *catalog.routes, *credentials.routes, *ops.routes, *console_routes],
+        routes=[
+            *executions.routes,
+            *outside.routes,
+            *catalog.routes,
+            *credentials.routes,
+            *ops.routes,
+            *console_routes,
+        ],
         middleware=[
             Middleware(BearerAuth, token=ctx.token, admin_token=ctx.admin_token, metrics=ctx.metrics)
         ],

@@ -1,7 +1,8 @@
 """The NATS service ``noetl`` (NATS Services API: ``nats micro ls`` lists it).
 
 Request-reply for clients that speak NATS but want an answer now: ``noetl.api.execute`` (same
-handling as ``POST /api/executions``), ``noetl.api.status`` and ``noetl.api.cancel``. All replicas
+handling as ``POST /api/executions``), ``noetl.api.status``, ``noetl.api.cancel``, and the outside
+input of SEMANTICS §17: ``noetl.api.signal``, ``noetl.api.pause``, ``noetl.api.resume``. All replicas
 join one queue group, so each request is answered once by whichever is free. These subjects are
 outside every stream on purpose: JetStream would answer a request on a captured subject with
 its publish ack. A failure is an error reply (``Nats-Service-Error`` / ``-Code`` headers, what
@@ -21,6 +22,9 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 
 from noetl.client.run import cancel as request_cancel
+from noetl.client.run import pause as client_pause
+from noetl.client.run import resume as client_resume
+from noetl.client.run import signal as client_signal
 from noetl.dsl.errors import NoSuchEntityError, RequestInvalidError, reply_error
 from noetl.events.runtime import package_version
 from noetl.server.api.queries import execution_status, request_status_code, valid_execution_id
@@ -32,6 +36,11 @@ QUEUE_GROUP = "noetl"
 EXECUTE_SUBJECT = "noetl.api.execute"
 STATUS_SUBJECT = "noetl.api.status"
 CANCEL_SUBJECT = "noetl.api.cancel"
+SIGNAL_SUBJECT = "noetl.api.signal"
+PAUSE_SUBJECT = "noetl.api.pause"
+RESUME_SUBJECT = "noetl.api.resume"
+# what an outside-input refusal answers, by error kind (the HTTP API answers the same codes)
+OUTSIDE_CODES = {"not_found": 404, "execution_finished": 409, "request_invalid": 400}
 
 
 def _semver(v: str) -> str:
@@ -69,13 +78,16 @@ class NatsApiService:
             self.nc,
             name=SERVICE_NAME,
             version=_semver(package_version()),
-            description="NoETL control plane: start, inspect and cancel executions",
+            description="NoETL control plane: start, inspect, signal, pause and cancel executions",
             queue_group=QUEUE_GROUP,
         )
         for name, subject, handler in (
             ("execute", EXECUTE_SUBJECT, self._execute),
             ("status", STATUS_SUBJECT, self._status),
             ("cancel", CANCEL_SUBJECT, self._cancel),
+            ("signal", SIGNAL_SUBJECT, self._signal),
+            ("pause", PAUSE_SUBJECT, self._pause),
+            ("resume", RESUME_SUBJECT, self._resume),
         ):
             await self.service.add_endpoint(name=name, subject=subject, handler=handler)
 
@@ -100,6 +112,33 @@ class NatsApiService:
             await _reply(req, reply_error(NoSuchEntityError(f"no execution {eid}")), 404)
             return
         await _reply(req, out)
+
+    async def _outside(self, req: Request, what: str) -> None:
+        """``noetl.api.signal`` ({execution_id, signal, data?, request_id?}), ``noetl.api.pause``
+        ({execution_id, reason?}) and ``noetl.api.resume`` ({execution_id})."""
+        eid = _execution_id(req)
+        if isinstance(eid, dict):
+            await _reply(req, eid, 400)
+            return
+        body = json.loads(req.data)
+        js = self.nc.jetstream()
+        if what == "signal":
+            out = await client_signal(js, eid, body.get("signal"), body.get("data"), body.get("request_id"))
+        elif what == "pause":
+            out = await client_pause(js, eid, body.get("reason"))
+        else:
+            out = await client_resume(js, eid)
+        err = out.get("error")
+        await _reply(req, out, OUTSIDE_CODES.get(err.get("kind"), 400) if err else 200)
+
+    async def _signal(self, req: Request) -> None:
+        await self._outside(req, "signal")
+
+    async def _pause(self, req: Request) -> None:
+        await self._outside(req, "pause")
+
+    async def _resume(self, req: Request) -> None:
+        await self._outside(req, "resume")
 
     async def _cancel(self, req: Request) -> None:
         eid = _execution_id(req)

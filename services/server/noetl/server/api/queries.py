@@ -14,7 +14,7 @@ from typing import Any
 from nats.js import JetStreamContext
 
 from noetl.client.activity import loop_counters, task_outputs
-from noetl.client.view import execution_output
+from noetl.client.view import execution_output, waiting_for
 from noetl.dsl.errors import brief
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events, read_messages
@@ -108,6 +108,9 @@ async def execution_status(js: JetStreamContext, execution_id: str) -> dict[str,
     for key in ("path", "version", "requested_at", "finished_at", "parent_execution_id"):
         out[key] = summary[key]
     out["events"] = len(events)
+    waits = waiting_for(events)  # SEMANTICS §17: the signals it waits for, and a pause
+    out["waiting"], out["paused"] = waits["signals"], waits["paused"]
+    out["schedule"] = ((requested or {}).get("payload") or {}).get("schedule")
     out["loops"] = loop_counters(events)  # per loop step: total, done, failed, in flight of each run
     return out
 

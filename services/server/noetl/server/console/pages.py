@@ -27,6 +27,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from noetl.client.run import cancel as request_cancel
+from noetl.client.run import pause as request_pause
+from noetl.client.run import resume as request_resume
 from noetl.dsl.errors import PlaybookInvalidError
 from noetl.dsl.validate import load_playbook
 from noetl.events.bus import read_execution_events
@@ -48,8 +50,8 @@ _MAX_GRAPHS = 256
 
 @dataclass(frozen=True)
 class Action:
-    """A button on the execution page. Pause, resume and signal join this table when the API
-    offers them; the page shows whichever apply to the execution's status."""
+    """A button on the execution page (cancel, pause, resume); the page shows whichever apply to
+    the execution's status. A signal needs its data, so it is sent with `noetl signal` or the API."""
 
     name: str
     label: str
@@ -62,7 +64,24 @@ async def _cancel(js: Any, execution_id: str) -> dict[str, Any] | None:
     return await request_cancel(js, execution_id, "cancelled from the console")
 
 
+async def _outside(out: dict[str, Any]) -> dict[str, Any] | None:
+    """None (the page's 404) for an execution that does not exist; a finished one just reloads."""
+    return None if (out.get("error") or {}).get("kind") == "not_found" else out
+
+
+async def _pause(js: Any, execution_id: str) -> dict[str, Any] | None:
+    return await _outside(await request_pause(js, execution_id, "paused from the console"))
+
+
+async def _resume(js: Any, execution_id: str) -> dict[str, Any] | None:
+    return await _outside(await request_resume(js, execution_id))
+
+
 ACTIONS: dict[str, Action] = {
+    "pause": Action(
+        "pause", "Pause", frozenset({"running"}), "Pause: schedule nothing new until resumed?", _pause
+    ),
+    "resume": Action("resume", "Resume", frozenset({"running"}), "Resume this execution?", _resume),
     "cancel": Action("cancel", "Cancel", frozenset({"running"}), "Cancel this execution?", _cancel),
 }
 
@@ -73,7 +92,10 @@ def actions_for(view: ExecutionView) -> list[Action]:
     return [
         a
         for a in ACTIONS.values()
-        if view.status in a.shown_when and not (a.name == "cancel" and view.cancel_requested)
+        if view.status in a.shown_when
+        and not (a.name == "cancel" and view.cancel_requested)
+        and not (a.name == "pause" and (view.paused or view.cancel_requested))
+        and not (a.name == "resume" and not view.paused)
     ]
 
 

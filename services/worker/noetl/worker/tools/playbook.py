@@ -46,6 +46,8 @@ class PlaybookTool:
             }
             if config.get("version") is not None:
                 req["version"] = str(config["version"])
+            if isinstance(ctx.extra.get("iter"), dict):  # SEMANTICS §19: the child's iter.parent
+                req["parent_iter"] = ctx.extra["iter"]
             await submit(js, req)
             event = await finished_event(js, child_id)
             if event is None:

@@ -1,0 +1,154 @@
+"""Commands that reach a running execution from outside (SEMANTICS §17) and the schedules that
+start executions (§18): ``signal``, ``pause``, ``resume``, ``schedule``.
+
+Like the other operations commands they talk to NATS directly, so they work with any number of
+server replicas; a refusal (no such execution, one that has finished, a bad name) exits 2 with the
+reason on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from noetl.cli.ops_cmd import _check_id, _print_json, _run
+from noetl.cli.session import DEFAULT_TIMEOUT
+
+
+def _answer(out: dict[str, Any]) -> int:
+    if "error" in out:
+        err = out["error"]
+        print(f"noetl: {err.get('message')} ({err.get('kind')})", file=sys.stderr)
+        return 2
+    _print_json(out)
+    return 0
+
+
+def _json_arg(text: str | None, flag: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise SystemExit(f"noetl: {flag} is not JSON ({e}); e.g. {flag} '{{\"approved\": true}}'") from None
+
+
+async def _signal(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.client.run import signal
+
+    _check_id(args.execution_id)
+    data = _json_arg(args.data, "--data")
+    return _answer(await signal(nc.jetstream(), args.execution_id, args.name, data, args.request_id))
+
+
+async def _pause(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.client.run import pause
+
+    _check_id(args.execution_id)
+    return _answer(await pause(nc.jetstream(), args.execution_id, args.reason))
+
+
+async def _resume(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.client.run import resume
+
+    _check_id(args.execution_id)
+    return _answer(await resume(nc.jetstream(), args.execution_id))
+
+
+async def _schedule(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.store.schedules import ScheduleStore
+
+    store = await ScheduleStore.open(nc.jetstream())
+    if args.action == "list":
+        out = await store.list()
+        if args.json:
+            _print_json(out)
+            return 0
+        for sch in out:
+            state = "paused" if sch.get("paused") else "active"
+            print(
+                f"{sch['name']:<24} {state:<7} {sch['cron']!r:<20} {sch.get('timezone') or 'UTC':<16} "
+                f"{sch['path']}  next {sch.get('next_fire') or '-'}"
+            )
+        return 0
+    if args.action == "add":
+        payload = _json_arg(args.payload, "--payload")
+        return _answer(
+            await store.add(
+                args.name,
+                path=args.path,
+                version=args.version,
+                cron=args.cron,
+                timezone=args.timezone,
+                payload=payload,
+                overlap=args.overlap,
+            )
+        )
+    if args.action == "pause":
+        return _answer(await store.set_paused(args.name, True))
+    if args.action == "resume":
+        return _answer(await store.set_paused(args.name, False))
+    return _answer(await store.delete(args.name))
+
+
+def add_parsers(sub: Any, nats_url_default: str) -> None:
+    def parser(name: str, help_text: str, fn: Any) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument(
+            "--nats-url", default=nats_url_default, help="NATS URL, or a comma-separated list of a cluster's"
+        )
+        p.add_argument(
+            "--timeout", type=float, default=DEFAULT_TIMEOUT, help="give up after this many seconds"
+        )
+        p.set_defaults(fn=_run(fn), afn=fn)
+        return p
+
+    p = parser("signal", "send a signal to an execution (a step awaiting it takes it)", _signal)
+    p.add_argument("execution_id")
+    p.add_argument("name", help="the signal's name, as in the step's lifecycle.await.signal")
+    p.add_argument("--data", help="the signal's data as JSON; the step sees it as args.signal")
+    p.add_argument("--request-id", help="an id of your own: sending it again sends the signal once")
+
+    p = parser("pause", "schedule nothing new in an execution until it is resumed", _pause)
+    p.add_argument("execution_id")
+    p.add_argument("--reason", help="why, recorded in execution.paused")
+
+    p = parser("resume", "resume a paused execution", _resume)
+    p.add_argument("execution_id")
+
+    p = parser("schedule", "add, list, pause, resume or delete schedules (cron)", _schedule)
+    actions = p.add_subparsers(dest="action", required=True)
+
+    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+        a = actions.add_parser(name, help=help_text)
+        a.add_argument(
+            "--nats-url", default=argparse.SUPPRESS, help="NATS URL, or a comma-separated list of a cluster's"
+        )
+        a.add_argument(
+            "--timeout", type=float, default=argparse.SUPPRESS, help="give up after this many seconds"
+        )
+        return a
+
+    a = action("add", "start a catalog playbook on a cron schedule")
+    a.add_argument("name", help="1 to 64 letters, digits, '-' or '_'")
+    a.add_argument("--path", required=True, help="the catalog path of the playbook")
+    a.add_argument("--version", help="the playbook version (default: latest at each fire)")
+    a.add_argument(
+        "--cron",
+        required=True,
+        help="5 fields (minute hour day month weekday), or 6 with seconds first: '*/5 * * * * *'",
+    )
+    a.add_argument("--timezone", help="an IANA time zone, e.g. Europe/Paris (default UTC)")
+    a.add_argument("--payload", help="the request payload as JSON")
+    a.add_argument(
+        "--overlap",
+        choices=["skip", "allow"],
+        default="allow",
+        help="skip: no fire while the schedule's previous execution still runs",
+    )
+    a = action("list", "every schedule, with its next fire")
+    a.add_argument("--json", action="store_true", help="print JSON")
+    for name, text in (("pause", "stop firing"), ("resume", "fire again"), ("delete", "remove it")):
+        action(name, text).add_argument("name")

@@ -1,0 +1,110 @@
+"""Schedule fires into executions (SEMANTICS §18), on whichever replica takes the fire.
+
+NATS fires each schedule's cron definition on ``noetl.timers.fire.<name>``; the shared durable
+consumer ``noetl-server-schedules`` hands each fire to one replica, which records an execution
+request whose ``request_id`` is ``schedule.<name>.<due time>`` and only then acknowledges the
+fire. A fire handled twice (its replica killed before the ack, redelivered to another) derives the
+same request id, and the request handler records a request id once: a due time runs exactly once
+with any number of replicas and across failovers. Fires roll up in the stream, so after an outage
+one missed fire (the latest) is caught up, never a backlog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.errors import NotFoundError
+
+from noetl.events import subjects as s
+from noetl.events.envelope import dumps
+from noetl.events.ids import execution_id_for
+from noetl.events.puller import Puller, ack_stored
+from noetl.events.retry import retrying
+from noetl.events.streams import ensure_consumer
+from noetl.server.requests import RequestHandler
+from noetl.store.schedules import ScheduleStore, fire_time
+
+log = logging.getLogger("noetl.server")
+
+FIRE_ACK_WAIT = 10.0
+
+
+async def _running(js: Any, execution_id: str | None) -> bool:
+    if not execution_id:
+        return False
+    try:
+        await js.get_last_msg(s.EVENTS_STREAM, s.execution_event_filter(execution_id, "workflow.finished"))
+    except NotFoundError:
+        try:  # recorded at all? (a request refused before its event was stored never runs)
+            await js.get_last_msg(
+                s.EVENTS_STREAM, s.execution_event_filter(execution_id, "playbook.execution.requested")
+            )
+        except NotFoundError:
+            return False
+        return True
+    return False
+
+
+async def fire(js: Any, store: ScheduleStore, requests: RequestHandler, msg: Any) -> dict[str, Any] | None:
+    """One fire: the request it makes (None when the schedule is gone, paused or skipped)."""
+    name = msg.subject.rsplit(".", 1)[-1]
+    sch = await store.get(name)
+    if sch is None or sch.get("paused"):
+        return None
+    stamped = getattr(getattr(msg, "metadata", None), "timestamp", None) or datetime.now(UTC)
+    due = fire_time(sch, (msg.headers or {}).get("Nats-Schedule-Next"), stamped).isoformat()
+    if sch.get("overlap") == "skip" and await _running(js, sch.get("last_execution_id")):
+        log.info("schedule %s: fire at %s skipped, %s still runs", name, due, sch["last_execution_id"])
+        await store.record(name, due, None)
+        return None
+    request_id = f"schedule.{name}.{due}"
+    request = {
+        "request_id": request_id,
+        "path": sch["path"],
+        "payload": sch.get("payload") or {},
+        "schedule": name,
+    }
+    if sch.get("version"):
+        request["version"] = sch["version"]
+    reply = await requests.handle(dumps(request), request_id)
+    await store.record(name, due, reply.get("execution_id") or execution_id_for(request_id))
+    return reply
+
+
+async def fire_loop(nc: NATS, requests: RequestHandler, stopping: asyncio.Event) -> None:
+    js = nc.jetstream()
+    store = await retrying(lambda: ScheduleStore.open(js), "opening noetl_schedules")
+    config = ConsumerConfig(
+        durable_name=s.SCHEDULES_CONSUMER,
+        filter_subject=s.SCHEDULE_FIRE_FILTER,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=FIRE_ACK_WAIT,
+        max_deliver=-1,
+    )
+    await retrying(lambda: ensure_consumer(js, s.TIMERS_STREAM, config), "schedule consumer")
+    puller = await Puller(nc, s.TIMERS_STREAM, s.SCHEDULES_CONSUMER).start()
+    try:
+        while not stopping.is_set():
+            try:
+                msgs = await puller.fetch(16, wait=1.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("schedule fetch failed: %s", e)
+                await asyncio.sleep(0.2)
+                continue
+            for m in msgs:
+                try:
+                    await retrying(lambda m=m: fire(js, store, requests, m), "starting a scheduled execution")
+                except Exception:
+                    log.exception("schedule fire on %s failed; it is dropped", m.subject)
+                await ack_stored(m, "acknowledging a schedule fire")
+    finally:
+        with contextlib.suppress(Exception):
+            await puller.stop(nak=True)
