@@ -15,6 +15,7 @@ class Sizes:
     loop_parallel: int = 10_000
     loop_parallel_small: int = 1_000  # the same loop ten times smaller: is peak RSS flat?
     loop_sequential: int = 1_000
+    loop_tiny: int = 100_000  # exec: local against distributed (SEMANTICS §21)
     worker_concurrency: int = 256
     fanout_executions: int = 1_000
     one_step_executions: int = 200
@@ -34,6 +35,7 @@ QUICK = Sizes(
     loop_parallel=2_000,
     loop_parallel_small=200,
     loop_sequential=200,
+    loop_tiny=5_000,
     fanout_executions=200,
     one_step_executions=50,
     startup_runs=1,

@@ -47,6 +47,8 @@ async def run(rec: Recorder, sizes: Sizes, runs: int) -> None:
         ("par64", playbooks.loop(big, parallel=True, max_in_flight=64), big),
         ("par64_small", playbooks.loop(small, parallel=True, max_in_flight=64), small),
         ("seq", playbooks.loop(seq, parallel=False), seq),
+        ("tiny_dist", playbooks.tiny_loop(sizes.loop_tiny, exec_="distributed"), sizes.loop_tiny),
+        ("tiny_local", playbooks.tiny_loop(sizes.loop_tiny, exec_="local"), sizes.loop_tiny),
     ]
     for label, text, n in variants:  # a failed variant leaves a note, not a hole in the others
         try:

@@ -56,6 +56,32 @@ def loop(iterations: int, *, parallel: bool, max_in_flight: int = 64) -> str:
     )
 
 
+def tiny_loop(iterations: int, *, exec_: str, max_in_flight: int = 64) -> str:
+    """A loop of ``iterations`` one-noop iterations, ``exec: distributed`` or ``local``
+    (SEMANTICS §21): what the placement costs when the work itself costs nothing."""
+    return _dump(
+        {
+            "metadata": {"name": f"tiny-{exec_}", "path": f"bench/tiny_{exec_}"},
+            "workload": {"n": iterations},
+            "workflow": [
+                {
+                    "step": "start",
+                    "loop": {
+                        "in": "{{ range(workload.n) | list }}",
+                        "iterator": "item",
+                        "spec": {
+                            "mode": "parallel",
+                            "max_in_flight": max_in_flight,
+                            "policy": {"exec": exec_},
+                        },
+                    },
+                    "tool": [{"name": "a", "kind": "noop", "result": "{{ iter.item }}"}],
+                }
+            ],
+        }
+    )
+
+
 def three_step() -> str:
     """``start`` → ``s001`` → ``s002``, one noop task each: the fan-out scenario's execution."""
     return chain(3)

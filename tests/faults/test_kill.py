@@ -239,3 +239,52 @@ async def test_a_command_that_keeps_killing_workers_ends_as_worker_lost(cluster:
     (failed,) = out["steps"]["poison"]
     assert failed["status"] == "failed" and failed["error"]["kind"] == "worker_lost"
     assert out["result"] == "survived"
+
+
+def local_loop(runs_file: str) -> str:
+    """200 iterations of an ``exec: local`` loop; each run of the task appends its index to
+    ``runs_file`` (events are de-duplicated by id, the task's runs are not: this counts them)."""
+    return (
+        PARALLEL_LOOP.replace(
+            "spec: {mode: parallel, max_in_flight: 20}",
+            "spec: {mode: parallel, max_in_flight: 20, policy: {exec: local}}",
+        )
+        .replace("faults/loop", "faults/local_loop")
+        .replace(
+            "              time.sleep(0.05)\n",
+            f"              time.sleep(0.05)\n              open({runs_file!r}, 'a').write(f'{{i}}\\n')\n",
+        )
+    )
+
+
+async def test_sigkill_worker_mid_local_loop_resumes_where_it_stopped(
+    cluster: Cluster, tmp_path: Any
+) -> None:
+    """Kills: the only worker, with SIGKILL, after ~50 of 200 iterations of an ``exec: local`` loop
+    (one command runs them all). Asserts: a new worker takes the redelivered command and runs only
+    what had not ended (at most the 20 in flight at the kill run twice); every iteration has
+    exactly one loop.iteration.done."""
+    runs_file = tmp_path / "runs.txt"
+    cluster.server()
+    first = cluster.worker(concurrency=4)
+    nc = await client(cluster.url)
+    try:
+        eid = await submit(nc, local_loop(str(runs_file)))
+        await count_events(nc, s.execution_event_filter(eid, "loop.iteration.done"), lambda n: n >= 50)
+        cluster.kill(first)
+        cluster.worker(concurrency=4)
+        out = await finish(nc, eid)
+    finally:
+        await nc.close()
+    assert out["status"] == "success", cluster.output()
+    done = Counter(e["payload"]["index"] for e in out["events"] if e["name"] == "loop.iteration.done")
+    twice = sorted(i for i, n in done.items() if n > 1)
+    assert sorted(done) == list(range(200)) and not twice, f"{len(done)} iterations ended, twice: {twice}"
+    assert out["result"] == {"n": 200, "s": sum(range(200))}
+    runs = Counter(int(line) for line in runs_file.read_text().split())
+    again = sum(n - 1 for n in runs.values())
+    assert sorted(runs) == list(range(200)) and again <= 20, (
+        f"{sum(runs.values())} task runs for 200 iterations: {again} ran again (at most the 20 in flight may)"
+    )
+    workers = {e["payload"].get("worker") for e in out["events"] if e["name"] == "loop.iteration.done"}
+    assert len(workers) == 2, f"the iterations ran on {len(workers)} workers, not the killed one and the next"

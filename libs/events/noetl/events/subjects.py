@@ -59,6 +59,7 @@ SERVER_INPUT_EVENTS: tuple[str, ...] = (
     "step.failed",
     "loop.iteration.done",
     "loop.iteration.failed",
+    "loop.local.stopped",  # an exec: local loop's worker started no more iterations (SEMANTICS §21)
     "execution.cancel.requested",
     # time and the outside world (SEMANTICS §16, §17): written by the server's adapters
     "timer.fired",

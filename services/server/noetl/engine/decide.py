@@ -52,6 +52,7 @@ def is_input(event: dict[str, Any]) -> bool:
         "step.failed",
         "loop.iteration.done",
         "loop.iteration.failed",
+        "loop.local.stopped",
     )
 
 
@@ -98,6 +99,10 @@ def _decide(state: ExecutionState, event: dict[str, Any]) -> Decision:
         run = state.runs.get(event.get("step_run_id") or "")
         if run is not None and run.loop is not None and run.status == "running":
             loops.on_iteration(state, run, event, em)
+    elif name == "loop.local.stopped":
+        run = state.runs.get(event.get("step_run_id") or "")
+        if run is not None and run.loop is not None and run.status == "running":
+            loops.on_local_stopped(state, run, event, em)
     elif name == "execution.cancel.requested" and not state.cancelled:
         reason = (event.get("payload") or {}).get("reason") or "cancelled by request"
         state.cancelled = True

@@ -72,8 +72,14 @@ class Emitter:
         return ev
 
     def command(
-        self, run: RunState, *, index: int | None = None, iter_: dict[str, Any] | None = None
+        self,
+        run: RunState,
+        *,
+        index: int | None = None,
+        iter_: dict[str, Any] | None = None,
+        local: dict[str, Any] | None = None,
     ) -> None:
+        """``local``: the whole loop for one worker (``exec: local``, SEMANTICS §21)."""
         self.n += 1
         st = self.state
         step = st.playbook.step(run.step)
@@ -96,6 +102,7 @@ class Emitter:
                 "trace_id": st.trace_id,
                 "timestamp": self.ts,
                 "schema_version": 1,
+                **({"local": local} if local is not None else {}),
             }
         )
 

@@ -21,6 +21,9 @@ from noetl.engine.emitter import Emitter
 from noetl.engine.limits import DEFAULT_MAX_LOOP_ITEMS, by_reference, execution_limit, too_large
 from noetl.engine.state import ExecutionState, LoopState, RunState
 
+# the items of an exec: local loop travel in its command up to this size, by reference beyond
+LOCAL_ITEMS_INLINE = 64 * 1024
+
 
 def start_loop(
     state: ExecutionState, step: Step, run: RunState, trigger: dict[str, Any] | None, em: Emitter
@@ -72,6 +75,9 @@ def start_loop(
 def _dispatch(state: ExecutionState, step: Step, run: RunState, em: Emitter) -> None:
     loop, spec = run.loop, step.loop
     assert loop is not None and spec is not None
+    if spec.exec == "local":
+        _dispatch_local(state, spec, run, em)
+        return
     cap = spec.max_in_flight if spec.mode == "parallel" else 1
     while (
         loop.in_flight < cap
@@ -87,6 +93,47 @@ def _dispatch(state: ExecutionState, step: Step, run: RunState, em: Emitter) -> 
         if state.parent_iter is not None:  # a child of a loop iteration sees it as iter.parent (§19)
             iter_["parent"] = state.parent_iter
         em.command(run, index=i, iter_=iter_)
+
+
+def _dispatch_local(state: ExecutionState, spec: Any, run: RunState, em: Emitter) -> None:
+    """``exec: local``: one command carries the whole loop to one worker, which runs the
+    iterations and reports each with the same events; every iteration counts as in flight
+    until its event (or the worker's ``loop.local.stopped`` for those it never started)."""
+    loop = run.loop
+    assert loop is not None
+    if loop.next_index or not loop.total or loop.stopped or state.failed or state.paused:
+        return
+    loop.next_index = loop.in_flight = loop.total
+    key = f"{state.execution_id}/{run.run_id}/loop.items"
+    items = by_reference(state, loop.items, key, em.out, limit=LOCAL_ITEMS_INLINE)
+    local: dict[str, Any] = {
+        "items": items,
+        "iterator": spec.iterator,
+        "max_in_flight": spec.max_in_flight if spec.mode == "parallel" else 1,
+        "fail_fast": state.playbook.step(run.step).failure_mode == "fail_fast",
+    }
+    if state.parent_iter is not None:
+        local["parent"] = state.parent_iter
+    em.command(run, local=local)
+
+
+def on_local_stopped(state: ExecutionState, run: RunState, event: dict[str, Any], em: Emitter) -> None:
+    """The worker of an ``exec: local`` loop started no more iterations (a fail_fast failure, a
+    cancel, the run stopped): those it never started are no longer in flight."""
+    loop = run.loop
+    if loop is None:
+        return
+    never = [
+        i
+        for i in (event.get("payload") or {}).get("skipped") or ()
+        if isinstance(i, int) and 0 <= i < loop.total and not loop.finished[i]
+    ]
+    for i in never:
+        loop.finished[i] = True
+    loop.in_flight -= len(never)
+    loop.next_index -= len(never)  # never started: the loop ends as one stopped early would
+    loop.stopped = True
+    maybe_end_loop(state, run, em)
 
 
 def resume_loop(state: ExecutionState, run: RunState, em: Emitter) -> None:

@@ -24,9 +24,8 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig
-from nats.js.errors import KeyNotFoundError
 
-from noetl.dsl.cache import parse_playbook, template_engine
+from noetl.dsl.cache import parse_playbook
 from noetl.dsl.errors import (
     AbortedError,
     DeploymentError,
@@ -37,7 +36,6 @@ from noetl.dsl.errors import (
 )
 from noetl.dsl.model import Playbook
 from noetl.dsl.names import pool_problem
-from noetl.dsl.specmerge import effective_step_spec
 from noetl.events import subjects as s
 from noetl.events.clock import utc_now
 from noetl.events.envelope import WireError, decode_command, dumps, loads, make_event
@@ -51,9 +49,8 @@ from noetl.events.streams import ensure_all, ensure_consumer, replicated
 from noetl.host import logs
 from noetl.store.audit import ensure_audit_stream, record_credential_access
 from noetl.store.catalog import Catalog
-from noetl.worker.output import INLINE_OUTPUT_BYTES, TaskOutput
+from noetl.worker.command import CommandRun, LocalLoop
 from noetl.worker.pipeline import Pipeline, RunResult, Snapshot
-from noetl.worker.results import externalize
 
 log = logging.getLogger("noetl.worker")
 
@@ -267,12 +264,19 @@ class Worker:
             "finished it (workers crashing or killed while running it, e.g. out of memory); "
             "not trying again"
         ).to_dict()
-        await self._publish_terminal(cmd, False, {"result": None, "error": err})
+        await self._fail(cmd, err)
 
     async def _publish_terminal(
-        self, cmd: dict[str, Any], ok: bool, payload: dict[str, Any], outbox: Outbox | None = None
+        self,
+        cmd: dict[str, Any],
+        ok: bool,
+        payload: dict[str, Any],
+        outbox: Any = None,
+        *,
+        confirm: bool = True,
     ) -> None:
-        """The terminal event; its ack also confirms the run's earlier events in ``outbox``."""
+        """The terminal event; its ack also confirms the run's earlier events in ``outbox``.
+        ``confirm=False``: the caller confirms later (an ``exec: local`` loop, in batches)."""
         index = cmd.get("index")
         if index is None:
             name, entity = ("step.done" if ok else "step.failed"), "step"
@@ -310,6 +314,9 @@ class Worker:
         )
         subject = s.event_subject(int(cmd.get("partition") or 0), exec_id, name)
         outbox = outbox or Outbox(self.nc, ack_all=self._ack_all)
+        if not confirm:
+            await outbox.send(subject, dumps(ev), ev["event_id"])
+            return
         try:
             await outbox.send(subject, dumps(ev), ev["event_id"], ack=True)
         except Exception as e:
@@ -410,140 +417,23 @@ class Worker:
         try:
             keychain, kinds = await self._keychain(playbook, cmd)
         except NoetlError as e:  # e.g. no key to decrypt the store: say so, do not retry forever
-            await self._publish_terminal(
-                cmd, False, {"result": None, "error": e.to_dict()}
-            )
+            await self._fail(cmd, e.to_dict(), playbook, step)
             return
         masker = Masker(keychain, kinds=kinds) if keychain else _NO_SECRETS
-        exec_id, run_id, index = cmd["execution_id"], cmd["step_run_id"], cmd.get("index")
-        cid = cmd["command_id"]
-        base = {
-            "execution_id": exec_id,
-            "step_run_id": run_id,
-            "parent_execution_id": cmd.get("parent_execution_id"),
-            "trace_id": cmd.get("trace_id"),
-        }
-        partition = int(cmd.get("partition") or 0)
-        limits = (effective_step_spec(playbook, step).get("policy") or {}).get("limits") or {}
-        limit = int(limits.get("max_payload_bytes", 65_536))
-        outbox = Outbox(self.nc, ack_all=self._ack_all)
+        runner = LocalLoop if "local" in cmd else CommandRun
+        await runner(self, cmd, playbook, step, keychain, masker).run(delivered(msg) > 1)
 
-        async def event(
-            name: str,
-            entity_type: str,
-            entity_id: str,
-            status: str,
-            payload: dict[str, Any],
-            eid: str,
-            task_run_id: str | None = None,
-        ) -> None:
-            """Sent now (followers see a long task start), confirmed with the terminal event."""
-            ev = make_event(
-                event_id=eid,
-                timestamp=utc_now(),
-                source="worker",
-                name=name,
-                entity_type=entity_type,  # type: ignore[arg-type]
-                entity_id=entity_id,
-                status=status,
-                payload=masker.mask(payload),  # type: ignore[arg-type]
-                task_run_id=task_run_id,
-                **base,
-            )
-            await outbox.send(s.event_subject(partition, exec_id, name), dumps(ev), eid)
-
-        key_base = f"{exec_id}/{run_id}/{index if index is not None else 's'}"
-
-        # an iteration's task.started says which iteration (task.done shares its task_run_id): for
-        # progress, `noetl events` and `noetl logs`; once per task run keeps the event bytes down
-        at = {"index": index} if index is not None else {}
-
-        async def emit(
-            name: str, task: Any, n: int, data: dict[str, Any], output: TaskOutput | None = None
-        ) -> None:
-            trid = derive_id(cid, task.name, n)
-            if name == "task.started":
-                await event(
-                    name,
-                    "task",
-                    task.name,
-                    "in_progress",
-                    {"task": task.name, **at, **data},
-                    derive_id(cid, "task.started", n),
-                    trid,
-                )
-            else:
-                status = str(data.get("status"))
-                ms = (data.get("meta") or {}).get("duration_ms")
-                if isinstance(ms, int | float):
-                    self.task_durations.setdefault(status, Histogram()).observe(max(ms, 0) / 1000.0)
-                outcome = dict(data)
-                if "result" in outcome:
-                    outcome["result"] = await externalize(
-                        self.js, masker.mask(outcome["result"]), f"{key_base}/{task.name}/{n}", limit
-                    )
-                payload: dict[str, Any] = {"task": task.name, "outcome": outcome}
-                text = output.render(masker.mask_text) if output is not None else ""
-                if text:  # masked and capped; by reference when large, as results are
-                    payload.update(at)  # whose output it is, without reading task.started too
-                    payload["output"] = await externalize(
-                        self.js, text, f"{key_base}/{task.name}/{n}/output", INLINE_OUTPUT_BYTES
-                    )
-                await event(
-                    name,
-                    "task",
-                    task.name,
-                    "success" if status == "ok" else "error",
-                    payload,
-                    derive_id(cid, "task.done", n),
-                    trid,
-                )
-
-        ikey = s.iter_key(exec_id, run_id, index) if index is not None else None
-        snapshot: Snapshot | None = None
-        # only a redelivered command can have a snapshot: a first delivery skips the read
-        if ikey is not None and delivered(msg) > 1:
-            with contextlib.suppress(KeyNotFoundError):
-                e = await retrying(lambda: self.iter_kv.get(ikey), "reading an iteration snapshot")
-                if e.value:
-                    snapshot = Snapshot.from_dict(loads(e.value))
-
-        async def checkpoint(snap: Snapshot) -> None:
-            if ikey is not None:  # a KV put is a publish to $KV.<bucket>.<key>
-                subject = s.kv_subject(s.ITER_BUCKET, ikey)
-                await self.nc.publish(subject, dumps(masker.mask(snap.to_dict())))
-
-        if index is None:
-            await event(
-                "step.started",
-                "step",
-                step.name,
-                "in_progress",
-                {"args": cmd.get("args") or {}, "worker": self.worker_id},
-                derive_id(cid, "step.started"),
-            )
-        pipe = Pipeline(
-            playbook,
-            step,
-            template_engine(playbook),
-            execution_id=exec_id,
-            workload=cmd.get("workload") or {},
-            ctx=cmd.get("ctx") or {},
-            args=cmd.get("args") or {},
-            keychain=keychain,
-            services=self.services,
-            emit=emit,
-            checkpoint=checkpoint,
-            command_id=cid,
-        )
-        res = await self._run_pipeline(exec_id, pipe, snapshot, cmd.get("iter"), run_id)
-        result = await externalize(self.js, masker.mask(res.result), f"{key_base}/result", limit)
-        payload: dict[str, Any] = {"result": result}
-        if res.ctx_patches:  # the fold reads a missing list as empty: no bytes for nothing
-            payload["ctx_patches"] = masker.mask(res.ctx_patches)
-        if not res.ok:
-            payload["error"] = masker.mask(res.error)
-        await self._publish_terminal(cmd, res.ok, payload, outbox)
+    async def _fail(
+        self, cmd: dict[str, Any], error: dict[str, Any], playbook: Playbook | None = None, step: Any = None
+    ) -> None:
+        """A command that cannot run: its terminal event says why (for an ``exec: local`` loop,
+        its first iteration's, the others never started)."""
+        if "local" not in cmd:
+            await self._publish_terminal(cmd, False, {"result": None, "error": error})
+            return
+        playbook = playbook or await self._playbook(cmd["playbook_digest"])
+        step = step or playbook.step(cmd["step"])
+        await LocalLoop(self, cmd, playbook, step, {}, _NO_SECRETS).fail(error)
 
 
 def _stopped() -> RunResult:

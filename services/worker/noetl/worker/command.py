@@ -1,0 +1,343 @@
+"""One command on a worker: a step run, one loop iteration, or a whole ``exec: local`` loop.
+
+A ``CommandRun`` owns what the pipeline calls back into (its events, its iteration snapshot) and
+the terminal event, so the worker's loop only takes commands and hands them over. A ``LocalLoop``
+runs the iterations of an ``exec: local`` loop as ``CommandRun``s of their own (the ids they would
+have had as separate commands derive from the loop command's), so the engine reads the same events
+either way, and a redelivered loop command skips the iterations whose terminal event is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from nats.js.errors import KeyNotFoundError
+
+from noetl.dsl.cache import template_engine
+from noetl.dsl.model import Playbook, Step
+from noetl.dsl.specmerge import effective_step_spec
+from noetl.events import subjects as s
+from noetl.events.bus import read_messages
+from noetl.events.clock import utc_now
+from noetl.events.envelope import dumps, loads, make_event
+from noetl.events.histogram import Histogram
+from noetl.events.ids import derive_id
+from noetl.events.masking import Masker
+from noetl.events.objects import is_reference, resolve
+from noetl.events.outbox import Outbox
+from noetl.events.retry import retrying
+from noetl.worker.output import INLINE_OUTPUT_BYTES, TaskOutput
+from noetl.worker.pipeline import Pipeline, Snapshot
+from noetl.worker.results import externalize
+
+if TYPE_CHECKING:
+    from noetl.worker.service import Worker
+
+
+class CommandRun:
+    """A step run or one loop iteration: its pipeline, its events, its terminal event."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        cmd: dict[str, Any],
+        playbook: Playbook,
+        step: Step,
+        keychain: dict[str, Any],
+        masker: Masker,
+        outbox: Any = None,
+    ) -> None:
+        """``outbox``: shared by the iterations of an ``exec: local`` loop, which confirms it in
+        batches; a command of its own confirms its events with its terminal event."""
+        self.worker, self.cmd, self.playbook, self.step = worker, cmd, playbook, step
+        self.keychain, self.masker = keychain, masker
+        self.shared = outbox is not None
+        self.exec_id, self.run_id, self.index = cmd["execution_id"], cmd["step_run_id"], cmd.get("index")
+        self.cid = cmd["command_id"]
+        self.partition = int(cmd.get("partition") or 0)
+        limits = (effective_step_spec(playbook, step).get("policy") or {}).get("limits") or {}
+        self.limit = int(limits.get("max_payload_bytes", 65_536))
+        self.outbox = outbox if outbox is not None else Outbox(worker.nc, ack_all=worker._ack_all)
+        self.key_base = f"{self.exec_id}/{self.run_id}/{self.index if self.index is not None else 's'}"
+        # an iteration's task.started says which iteration (task.done shares its task_run_id): for
+        # progress, `noetl events` and `noetl logs`; once per task run keeps the event bytes down
+        self.at = {"index": self.index} if self.index is not None else {}
+        self.ikey = s.iter_key(self.exec_id, self.run_id, self.index) if self.index is not None else None
+
+    async def event(
+        self,
+        name: str,
+        entity_type: str,
+        entity_id: str,
+        status: str,
+        payload: dict[str, Any],
+        eid: str,
+        task_run_id: str | None = None,
+    ) -> None:
+        """Sent now (followers see a long task start), confirmed with the terminal event."""
+        ev = make_event(
+            event_id=eid,
+            timestamp=utc_now(),
+            source="worker",
+            name=name,
+            entity_type=entity_type,  # type: ignore[arg-type]
+            entity_id=entity_id,
+            status=status,  # type: ignore[arg-type]
+            payload=self.masker.mask(payload),
+            task_run_id=task_run_id,
+            execution_id=self.exec_id,
+            step_run_id=self.run_id,
+            parent_execution_id=self.cmd.get("parent_execution_id"),
+            trace_id=self.cmd.get("trace_id"),
+        )
+        await self.outbox.send(s.event_subject(self.partition, self.exec_id, name), dumps(ev), eid)
+
+    async def emit(
+        self, name: str, task: Any, n: int, data: dict[str, Any], output: TaskOutput | None = None
+    ) -> None:
+        """The pipeline's ``task.started`` and ``task.done``."""
+        trid = derive_id(self.cid, task.name, n)
+        if name == "task.started":
+            await self.event(
+                name,
+                "task",
+                task.name,
+                "in_progress",
+                {"task": task.name, **self.at, **data},
+                derive_id(self.cid, "task.started", n),
+                trid,
+            )
+            return
+        status = str(data.get("status"))
+        ms = (data.get("meta") or {}).get("duration_ms")
+        if isinstance(ms, int | float):
+            self.worker.task_durations.setdefault(status, Histogram()).observe(max(ms, 0) / 1000.0)
+        outcome = dict(data)
+        js = self.worker.js
+        if "result" in outcome:
+            outcome["result"] = await externalize(
+                js, self.masker.mask(outcome["result"]), f"{self.key_base}/{task.name}/{n}", self.limit
+            )
+        payload: dict[str, Any] = {"task": task.name, "outcome": outcome}
+        text = output.render(self.masker.mask_text) if output is not None else ""
+        if text:  # masked and capped; by reference when large, as results are
+            payload.update(self.at)  # whose output it is, without reading task.started too
+            payload["output"] = await externalize(
+                js, text, f"{self.key_base}/{task.name}/{n}/output", INLINE_OUTPUT_BYTES
+            )
+        await self.event(
+            name,
+            "task",
+            task.name,
+            "success" if status == "ok" else "error",
+            payload,
+            derive_id(self.cid, "task.done", n),
+            trid,
+        )
+
+    async def checkpoint(self, snap: Snapshot) -> None:
+        if self.ikey is not None:  # a KV put is a publish to $KV.<bucket>.<key>
+            subject = s.kv_subject(s.ITER_BUCKET, self.ikey)
+            await self.worker.nc.publish(subject, dumps(self.masker.mask(snap.to_dict())))
+
+    async def _snapshot(self) -> Snapshot | None:
+        if self.ikey is None:
+            return None
+        ikey = self.ikey
+        with contextlib.suppress(KeyNotFoundError):
+            e = await retrying(lambda: self.worker.iter_kv.get(ikey), "reading an iteration snapshot")
+            if e.value:
+                return Snapshot.from_dict(loads(e.value))
+        return None
+
+    async def run(self, redelivered: bool) -> bool:
+        """Run the pipeline and publish the terminal event; True when it succeeded. Only a
+        redelivered command can have a snapshot: a first delivery skips the read."""
+        snapshot = await self._snapshot() if redelivered else None
+        if self.index is None:
+            await self.event(
+                "step.started",
+                "step",
+                self.step.name,
+                "in_progress",
+                {"args": self.cmd.get("args") or {}, "worker": self.worker.worker_id},
+                derive_id(self.cid, "step.started"),
+            )
+        pipe = Pipeline(
+            self.playbook,
+            self.step,
+            template_engine(self.playbook),
+            execution_id=self.exec_id,
+            workload=self.cmd.get("workload") or {},
+            ctx=self.cmd.get("ctx") or {},
+            args=self.cmd.get("args") or {},
+            keychain=self.keychain,
+            services=self.worker.services,
+            emit=self.emit,
+            checkpoint=self.checkpoint,
+            command_id=self.cid,
+        )
+        res = await self.worker._run_pipeline(self.exec_id, pipe, snapshot, self.cmd.get("iter"), self.run_id)
+        js = self.worker.js
+        result = await externalize(js, self.masker.mask(res.result), f"{self.key_base}/result", self.limit)
+        payload: dict[str, Any] = {"result": result}
+        if res.ctx_patches:  # the fold reads a missing list as empty: no bytes for nothing
+            payload["ctx_patches"] = self.masker.mask(res.ctx_patches)
+        if not res.ok:
+            payload["error"] = self.masker.mask(res.error)
+        await self.worker._publish_terminal(self.cmd, res.ok, payload, self.outbox, confirm=not self.shared)
+        return res.ok
+
+
+class SharedOutbox:
+    """An outbox the concurrent iterations of one local loop share: a send and a confirmation
+    never interleave, so a confirmation never forgets a message sent while it waited."""
+
+    def __init__(self, outbox: Outbox) -> None:
+        self._outbox = outbox
+        self._lock = asyncio.Lock()
+
+    async def send(self, subject: str, data: bytes, msg_id: str, *, ack: bool = False) -> None:
+        async with self._lock:
+            await self._outbox.send(subject, data, msg_id, ack=ack)
+
+    async def confirm(self) -> None:
+        async with self._lock:
+            await self._outbox.confirm()
+
+
+class LocalLoop:
+    """An ``exec: local`` loop (SEMANTICS §21): its iterations run here, in order or up to
+    ``max_in_flight`` at once, each as the command it would have been."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        cmd: dict[str, Any],
+        playbook: Playbook,
+        step: Step,
+        keychain: dict[str, Any],
+        masker: Masker,
+    ) -> None:
+        self.worker, self.cmd, self.playbook, self.step = worker, cmd, playbook, step
+        self.keychain, self.masker = keychain, masker
+        self.local: dict[str, Any] = cmd["local"]
+
+    def _iteration(self, i: int, item: Any) -> dict[str, Any]:
+        iter_: dict[str, Any] = {self.local["iterator"]: item, "index": i}
+        if self.local.get("parent") is not None:
+            iter_["parent"] = self.local["parent"]
+        cmd = {k: v for k, v in self.cmd.items() if k != "local"}
+        cmd.update(command_id=derive_id(self.cmd["command_id"], "iteration", i), index=i, iter=iter_)
+        return cmd
+
+    async def _ended(self) -> set[int]:
+        """Iterations whose terminal event is stored: a redelivered loop does not run them again."""
+        exec_id, run_id = self.cmd["execution_id"], self.cmd["step_run_id"]
+        filters = [
+            s.execution_event_filter(exec_id, n) for n in ("loop.iteration.done", "loop.iteration.failed")
+        ]
+        msgs = await retrying(
+            lambda: read_messages(self.worker.js, s.EVENTS_STREAM, filters), "reading ended iterations"
+        )
+        return {
+            int(e["payload"]["index"])
+            for _, e in msgs
+            if isinstance(e, dict) and e.get("step_run_id") == run_id
+            and isinstance((e.get("payload") or {}).get("index"), int)
+        }
+
+    def _stop_starting(self, failed: bool) -> bool:
+        """No new iteration after a fail_fast failure, a cancel, or the server stopping the run."""
+        w = self.worker
+        return (
+            (failed and bool(self.local.get("fail_fast")))
+            or self.cmd["execution_id"] in w._cancelled
+            or self.cmd["step_run_id"] in w._stopped_runs
+        )
+
+    async def run(self, redelivered: bool) -> None:
+        items = self.local["items"]
+        if is_reference(items):
+            ref = items
+            items = await retrying(lambda: resolve(self.worker.js, ref), "reading loop items")
+        ended = await self._ended() if redelivered else set()
+        slots = asyncio.Semaphore(max(1, int(self.local.get("max_in_flight") or 1)))
+        # one outbox for every iteration, confirmed every 64 plain messages and at the end: an
+        # iteration lost to a crash before its confirmation runs again at the redelivery
+        outbox = SharedOutbox(Outbox(self.worker.nc, ack_all=self.worker._ack_all))
+        running: set[asyncio.Task[None]] = set()
+        failed = False
+        errors: list[Exception] = []
+
+        async def one(i: int) -> None:
+            nonlocal failed
+            ok = False
+            try:
+                run = CommandRun(
+                    self.worker, self._iteration(i, items[i]), self.playbook, self.step,
+                    self.keychain, self.masker, outbox,
+                )
+                ok = await run.run(redelivered)
+            except Exception as e:  # a fault, not an outcome: no new start, then redelivery
+                errors.append(e)
+            finally:
+                failed = failed or not ok  # before the slot is free: the next start sees it
+                slots.release()
+
+        skipped: list[int] = []
+        for i in range(len(items)):
+            if i in ended:
+                continue
+            await slots.acquire()
+            if errors or self._stop_starting(failed):
+                slots.release()
+                skipped = [j for j in range(i, len(items)) if j not in ended]
+                break
+            task = asyncio.create_task(one(i))
+            running.add(task)
+            task.add_done_callback(running.discard)
+        await asyncio.gather(*running)
+        if errors:  # the command is redelivered and resumes after the iterations that ended
+            raise errors[0]
+        await retrying(outbox.confirm, f"storing the iterations of local loop {self.cmd['command_id']}")
+        if skipped:
+            await self._report_skipped(skipped)
+
+    async def fail(self, error: dict[str, Any]) -> None:
+        """The loop cannot run here at all (its credentials, a command delivered too often): the
+        first iteration fails with the reason and the others are reported as never started."""
+        items = self.local["items"]
+        if is_reference(items):
+            ref = items
+            items = await retrying(lambda: resolve(self.worker.js, ref), "reading loop items")
+        if not items:
+            return
+        first = self._iteration(0, items[0])
+        await self.worker._publish_terminal(first, False, {"result": None, "error": error})
+        if len(items) > 1:
+            await self._report_skipped(list(range(1, len(items))))
+
+    async def _report_skipped(self, skipped: list[int]) -> None:
+        cmd = self.cmd
+        exec_id = cmd["execution_id"]
+        ev = make_event(
+            event_id=derive_id(cmd["command_id"], "loop.local.stopped"),
+            execution_id=exec_id,
+            timestamp=utc_now(),
+            source="worker",
+            name="loop.local.stopped",
+            entity_type="loop",
+            entity_id=cmd["step"],
+            status="in_progress",
+            payload={"skipped": skipped, "worker": self.worker.worker_id},
+            step_run_id=cmd["step_run_id"],
+            parent_execution_id=cmd.get("parent_execution_id"),
+            trace_id=cmd.get("trace_id"),
+        )
+        subject = s.event_subject(int(cmd.get("partition") or 0), exec_id, "loop.local.stopped")
+        outbox = Outbox(self.worker.nc, ack_all=self.worker._ack_all)
+        await outbox.send(subject, dumps(ev), ev["event_id"], ack=True)
+        await retrying(outbox.confirm, f"storing the end of local loop {cmd['command_id']}")
