@@ -36,7 +36,23 @@ if TYPE_CHECKING:
     from noetl.worker.service import Worker
 
 
-class CommandRun:
+class _Command:
+    """What every kind of command runs with: its worker, playbook, step and resolved keychain."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        cmd: dict[str, Any],
+        playbook: Playbook,
+        step: Step,
+        keychain: dict[str, Any],
+        masker: Masker,
+    ) -> None:
+        self.worker, self.cmd, self.playbook, self.step = worker, cmd, playbook, step
+        self.keychain, self.masker = keychain, masker
+
+
+class CommandRun(_Command):
     """A step run or one loop iteration: its pipeline, its events, its terminal event."""
 
     def __init__(
@@ -51,8 +67,7 @@ class CommandRun:
     ) -> None:
         """``outbox``: shared by the iterations of an ``exec: local`` loop, which confirms it in
         batches; a command of its own confirms its events with its terminal event."""
-        self.worker, self.cmd, self.playbook, self.step = worker, cmd, playbook, step
-        self.keychain, self.masker = keychain, masker
+        super().__init__(worker, cmd, playbook, step, keychain, masker)
         self.shared = outbox is not None
         self.exec_id, self.run_id, self.index = cmd["execution_id"], cmd["step_run_id"], cmd.get("index")
         self.cid = cmd["command_id"]
@@ -208,22 +223,13 @@ class SharedOutbox:
             await self._outbox.confirm()
 
 
-class LocalLoop:
+class LocalLoop(_Command):
     """An ``exec: local`` loop (SEMANTICS §21): its iterations run here, in order or up to
     ``max_in_flight`` at once, each as the command it would have been."""
 
-    def __init__(
-        self,
-        worker: Worker,
-        cmd: dict[str, Any],
-        playbook: Playbook,
-        step: Step,
-        keychain: dict[str, Any],
-        masker: Masker,
-    ) -> None:
-        self.worker, self.cmd, self.playbook, self.step = worker, cmd, playbook, step
-        self.keychain, self.masker = keychain, masker
-        self.local: dict[str, Any] = cmd["local"]
+    @property
+    def local(self) -> dict[str, Any]:
+        return self.cmd["local"]  # type: ignore[no-any-return]
 
     def _iteration(self, i: int, item: Any) -> dict[str, Any]:
         iter_: dict[str, Any] = {self.local["iterator"]: item, "index": i}
