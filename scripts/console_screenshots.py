@@ -22,8 +22,34 @@ sys.path.insert(0, str(ROOT))
 
 from noetl.host.natsserver import NatsServer  # noqa: E402
 from tests.browser.conftest import ensure_chromium  # noqa: E402
-from tests.browser.playbooks import DOUBLE, FAIL, HOLD, ORDERS, SLOW  # noqa: E402
+from tests.browser.playbooks import APPROVAL, DOUBLE, FAIL, HOLD, ORDERS, SLOW  # noqa: E402
 from tests.browser.stack import ConsoleStack  # noqa: E402
+
+
+def scheduled_approval(stack: ConsoleStack) -> str:
+    """An approval waiting for its signal, started by a schedule that is deleted after its first
+    fire (a second fire, if one came first, is rejected at once), so the pages show both."""
+    assert stack.http is not None
+    r = stack.http.post(
+        "/api/schedules/approvals", json={"path": "tests/console/approval", "cron": "* * * * * *"}
+    )
+    assert r.status_code == 201, r.text
+    deadline = time.monotonic() + 30
+    while True:
+        listed = stack.http.get("/api/executions", params={"status": "running"}).json()["executions"]
+        started = [e["execution_id"] for e in listed if e.get("schedule") == "approvals" and e.get("waiting")]
+        if started:
+            break
+        assert time.monotonic() < deadline, "the schedule started no approval"
+        time.sleep(0.1)
+    stack.http.delete("/api/schedules/approvals")
+    time.sleep(1.5)
+    listed = stack.http.get("/api/executions", params={"status": "running"}).json()["executions"]
+    first = started[-1]  # newest first: the oldest is the last
+    for e in listed:
+        if e.get("schedule") == "approvals" and e["execution_id"] != first:
+            stack.http.post(f"/api/executions/{e['execution_id']}/signals/approval", json={"data": {}})
+    return str(first)
 
 
 def main() -> int:
@@ -44,7 +70,7 @@ def main() -> int:
     gate = scratch / "gate"
     try:
         stack.start()
-        for text in (ORDERS, DOUBLE, HOLD, FAIL, SLOW):
+        for text in (ORDERS, DOUBLE, HOLD, FAIL, SLOW, APPROVAL):
             stack.register(text)
         done = stack.start_execution(ORDERS, {"delay": 0.05})
         stack.wait_status(done, {"success"})
@@ -56,6 +82,7 @@ def main() -> int:
         assert stack.http is not None
         stack.http.post(f"/api/executions/{cancelled}/cancel", json={"reason": "not needed today"})
         stack.wait_status(cancelled, {"cancelled"})
+        approval = scheduled_approval(stack)
         held = stack.start_execution(HOLD, {"gate": str(gate)})
         live = stack.start_execution(ORDERS, {"delay": 1.0})
         stack.wait_step(held, "hold")
@@ -76,6 +103,11 @@ def main() -> int:
             page.locator('svg.graph g.node[data-step="enrich"].st-running').wait_for()
             page.screenshot(path=str(out / "execution-running.png"), full_page=True)
 
+            page.goto(f"{stack.url}/ui/executions/{approval}")
+            page.locator('svg.graph g.node[data-step="approve"].st-waiting').wait_for()
+            page.fill("#signal-data", '{"approved": true, "by": "ana"}')
+            page.screenshot(path=str(out / "execution-waiting.png"), full_page=True)
+
             page.goto(f"{stack.url}/ui/executions/{done}")
             page.locator('details.run[data-step="enrich"] summary').click()
             page.screenshot(path=str(out / "execution-done.png"), full_page=True)
@@ -95,6 +127,8 @@ def main() -> int:
         gate.write_text("open")
         stack.wait_status(held, {"success"})
         stack.wait_status(live, {"success"}, timeout=60)
+        stack.http.post(f"/api/executions/{approval}/signals/approval", json={"data": {"approved": True}})
+        stack.wait_status(approval, {"success"})
     finally:
         stack.stop()
         ns.stop()

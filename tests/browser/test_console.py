@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.playbooks import DOUBLE, FAIL, HOLD, SLOW
+from tests.browser.playbooks import APPROVAL, DOUBLE, FAIL, HOLD, SLOW
 from tests.browser.stack import ConsoleStack
 
 pytestmark = pytest.mark.slow
@@ -120,6 +120,46 @@ def test_cancel_button_cancels_a_running_execution(page: Any, console: ConsoleSt
     expect(page.locator("#status")).to_have_text("cancelled", timeout=20_000)
     expect(page.locator("button.btn-cancel")).to_have_count(0)
     assert console.status(eid)["status"] == "cancelled"
+
+
+def test_an_approval_waits_and_is_signalled_from_its_page(page: Any, console: ConsoleStack) -> None:
+    """SEMANTICS §17: the page says which step waits for which signal; what is typed into the signal
+    form survives the live repaints (a pause and a resume from elsewhere); the signal routes the
+    execution to success."""
+    from playwright.sync_api import expect
+
+    eid = console.start_execution(APPROVAL)
+    assert console.http is not None
+    deadline = time.monotonic() + 30
+    while not console.status(eid).get("waiting"):
+        assert time.monotonic() < deadline, f"{eid} never waited: {console.status(eid)}"
+        time.sleep(0.05)
+    page.goto(f"{console.url}/ui/executions/{eid}")
+    expect(page.locator("#status")).to_have_text("running")
+    wait = page.locator('#waiting li[data-step="approve"]')
+    expect(wait).to_contain_text("waits for signal approval since")
+    expect(wait).to_contain_text("fails with signal_timeout at")
+    expect_class(node(page, "approve"), r"\bst-waiting\b")
+    expect(node(page, "approve").locator("text.state")).to_have_text("waits for approval")
+    expect(page.locator("#signal-name")).to_have_value("approval")  # prefilled from what the step awaits
+    page.evaluate("window.__sameDocument = true")
+
+    page.fill("#signal-data", '{"approved": true}')
+    assert console.http.post(f"/api/executions/{eid}/pause", json={}).status_code == 202
+    expect(page.locator("#paused")).to_have_text("paused")  # repainted live ...
+    expect(page.locator("button.btn-resume")).to_be_visible()
+    assert console.http.post(f"/api/executions/{eid}/resume", json={}).status_code == 202
+    expect(page.locator("#paused")).to_have_count(0)
+    expect(page.locator("#signal-data")).to_have_value('{"approved": true}')  # ... and the typing stays
+    assert page.evaluate("window.__sameDocument") is True
+
+    page.locator("button.btn-signal").click()  # the confirm dialog is accepted by the fixture
+    expect(page.locator("#status")).to_have_text("success")
+    expect_class(node(page, "ship"), r"\bst-done\b")
+    expect_class(node(page, "reject"), r"\bst-notrun\b")
+    expect(page.locator("#result")).to_contain_text("shipped")
+    expect(page.locator("#signal-name")).to_have_count(0)
+    assert console.status(eid)["result"] == "shipped"
 
 
 def test_catalog_lists_a_playbook_and_its_form_starts_an_execution(page: Any, console: ConsoleStack) -> None:

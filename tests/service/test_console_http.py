@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -156,3 +157,150 @@ async def test_an_execution_page_shows_what_its_tasks_printed(nc: Any, api: ApiS
         page = await http.get(f"/ui/executions/{out['execution_id']}", headers=jar)
     assert page.status_code == 200
     assert "Output of talk" in page.text and "hello from the task &lt;b&gt;" in page.text, page.text[-2000:]
+
+
+APPROVAL = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: approval, path: tests/console_http/approval}
+workflow:
+  - step: start
+    next: {arcs: [{step: approve}]}
+  - step: approve
+    spec: {policy: {lifecycle: {await: {signal: approval, timeout_s: 60}}}}
+    next:
+      arcs:
+        - {step: ship, when: "{{ event.name == 'step.done' and event.result.approved }}"}
+        - {step: reject}
+  - step: ship
+    tool: {kind: noop, result: shipped}
+  - step: reject
+    tool: {kind: noop, result: rejected}
+"""
+
+
+async def _until(what: Any, timeout: float = 15.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        got = await what()
+        if got:
+            return got
+        await asyncio.sleep(0.05)
+    raise AssertionError("timed out waiting")
+
+
+async def test_a_waiting_scheduled_execution_is_shown_and_signalled_from_the_console(
+    nc: Any, api: ApiServer, capsys: Any
+) -> None:
+    """SEMANTICS §17, §18 in the console: what an execution started by a schedule waits for (the step,
+    the signal, since when, its timeout), paused, and the signal form, over HTTP as the page's forms
+    post it; the API list and `noetl executions` show the same."""
+    from noetl.cli.main import build_parser
+    from noetl.client.run import cancel, finished_event
+    from noetl.events.bus import read_execution_events
+    from noetl.server.api.queries import list_executions
+    from noetl.store.schedules import ScheduleStore
+    from noetl.worker.service import Worker
+
+    js = nc.jetstream()
+    worker = Worker(nc, concurrency=2)
+    await worker.start()
+    store = await ScheduleStore.open(js)
+    jar = {"noetl_session": session_value(TOKEN)}
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    started: list[str] = []
+    try:
+        async with httpx.AsyncClient(base_url=api.url, timeout=10, cookies=jar) as http:
+            same = {"Origin": api.url}
+            assert (await http.post("/api/catalog", content=APPROVAL, headers=bearer)).status_code == 201
+            sch = await store.add("approvals", path="tests/console_http/approval", cron="* * * * * *")
+            assert "error" not in sch, sch
+
+            async def scheduled() -> list[dict[str, Any]]:
+                out = await list_executions(js, limit=1000)
+                return [e for e in out["executions"] if e["schedule"] == "approvals"]
+
+            first = (await _until(scheduled))[-1]
+            await store.delete("approvals")  # one waiting execution is all this test needs
+            started = [e["execution_id"] for e in await scheduled()]
+            eid = first["execution_id"]
+
+            async def waiting() -> list[dict[str, Any]]:
+                return [e for e in await scheduled() if e["execution_id"] == eid and e["waiting"]]
+
+            listed = (await _until(waiting))[0]
+            assert [(w["step"], w["signal"], w["timeout_s"]) for w in listed["waiting"]] == [
+                ("approve", "approval", 60)
+            ]
+            assert listed["paused"] is False and listed["waiting"][0]["since"], listed
+
+            # the API list and `noetl executions` say the same
+            r = await http.get("/api/executions", params={"status": "running", "limit": 1000}, headers=bearer)
+            item = next(e for e in r.json()["executions"] if e["execution_id"] == eid)
+            assert item["schedule"] == "approvals" and item["waiting"][0]["signal"] == "approval", item
+            args = build_parser().parse_args(["executions", "--status", "running", "--nats-url", "nats://x"])
+            assert await args.afn(nc, args) == 0
+            line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(eid))
+            assert "(schedule approvals)" in line and "(waiting: step approve for signal 'approval')" in line
+
+            page = (await http.get(f"/ui/executions/{eid}")).text
+            assert '<dd id="schedule">approvals</dd>' in page
+            assert "Step <strong>approve</strong> waits for signal <code>approval</code> since" in page
+            assert "fails with signal_timeout at" in page and "(60 s)" in page
+            assert 'id="signal-name" name="signal"' in page and 'value="approval"' in page, page
+            assert "btn-pause" in page and "btn-cancel" in page and "btn-resume" not in page
+            assert 'data-step="approve"' in page and "st-waiting" in page  # the graph node waits
+            rows = (await http.get("/ui/executions")).text
+            row = rows[rows.index(f'data-execution="{eid}"') :].split("</tr>", 1)[0]
+            assert "schedule approvals" in row, row
+            assert "approve waits for signal <code>approval</code>" in row, row
+
+            # pause and resume from the page: the badge and the buttons follow
+            r = await http.post(f"/ui/executions/{eid}/pause", headers=same)
+            assert r.status_code == 303
+
+            async def paused() -> bool:
+                return "btn-resume" in (await http.get(f"/ui/executions/{eid}")).text
+
+            await _until(paused)
+            page = (await http.get(f"/ui/executions/{eid}")).text
+            assert 'id="paused"' in page and "btn-pause" not in page
+            assert 'badge st-paused">paused' in (await http.get("/ui/executions")).text
+            assert (await http.post(f"/ui/executions/{eid}/resume", headers=same)).status_code == 303
+
+            # refusals: the page says why and keeps what was typed; another site's post is refused
+            r = await http.post(
+                f"/ui/executions/{eid}/signal", data={"signal": "approval", "data": "{yes"}, headers=same
+            )
+            assert r.status_code == 400 and "is not JSON" in r.text and "{yes</textarea>" in r.text
+            assert 'data-live="false"' in r.text  # a refused form is not repainted under the typing
+            r = await http.post(f"/ui/executions/{eid}/signal", data={"signal": "bad.name"}, headers=same)
+            assert r.status_code == 400 and "signal name" in r.text
+            r = await http.post(
+                f"/ui/executions/{eid}/signal",
+                data={"signal": "approval", "data": "{}"},
+                headers={"Origin": "http://evil.example"},
+            )
+            assert r.status_code == 403
+            r = await http.post(f"/ui/executions/{'0' * 32}/signal", data={"signal": "x"}, headers=same)
+            assert r.status_code == 404
+
+            # the signal: a double click (the same request id) is one signal; the execution routes on it
+            form = {"signal": "approval", "data": '{"approved": true}', "request_id": uuid.uuid4().hex}
+            for _ in range(2):
+                r = await http.post(f"/ui/executions/{eid}/signal", data=form, headers=same)
+                assert r.status_code == 303 and r.headers["location"] == f"/ui/executions/{eid}"
+            fin = await _until(lambda: finished_event(js, eid))
+            assert fin["payload"]["status"] == "success" and fin["payload"]["result"] == "shipped", fin
+            names = [e["name"] for e in await read_execution_events(js, eid)]
+            assert names.count("signal.received") == 1 and names.count("execution.paused") == 1, names
+            page = (await http.get(f"/ui/executions/{eid}")).text
+            assert 'id="signal-name"' not in page and 'id="waiting"' not in page
+            r = await http.post(f"/ui/executions/{eid}/signal", data=form | {"request_id": "x"}, headers=same)
+            assert r.status_code == 409 and "has finished" in r.text
+    finally:
+        await store.delete("approvals")
+        for other in started:
+            if await finished_event(js, other) is None:
+                await cancel(js, other, "test over")
+        await worker.stop(drain=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -157,6 +158,11 @@ async def test_service_discovery_ping_info_stats(service) -> None:  # type: igno
         ("signal", "noetl.api.signal", "noetl"),
         ("pause", "noetl.api.pause", "noetl"),
         ("resume", "noetl.api.resume", "noetl"),
+        ("schedule_add", "noetl.api.schedule.add", "noetl"),
+        ("schedule_list", "noetl.api.schedule.list", "noetl"),
+        ("schedule_pause", "noetl.api.schedule.pause", "noetl"),
+        ("schedule_resume", "noetl.api.schedule.resume", "noetl"),
+        ("schedule_delete", "noetl.api.schedule.delete", "noetl"),
     }
     inbox = user.new_inbox()
     sub = await user.subscribe(inbox)
@@ -183,3 +189,96 @@ async def test_replicas_share_the_queue_group(service, nc) -> None:  # type: ign
     finally:
         await second.stop()
     assert served == 10  # each request answered once, by one replica
+
+
+TICK = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: tick, path: tests/nats-api/tick}
+workflow:
+  - step: start
+    tool: {kind: noop, result: tick}
+"""
+
+
+async def test_schedules_through_the_service(service, nc) -> None:  # type: ignore[no-untyped-def]
+    """`nats req noetl.api.schedule.add ...`: the same validation and refusals as /api/schedules, and a
+    schedule added here fires executions that carry its name."""
+    from noetl.client.run import finished_event
+    from noetl.events import subjects as s
+    from noetl.events.bus import read_messages
+    from noetl.store.catalog import Catalog
+
+    user = service["user"]
+    await (await Catalog.open(nc.jetstream())).register(TICK)
+    add = "noetl.api.schedule.add"
+    for body, code, words in (
+        ({"name": "bad.name", "path": "tests/nats-api/tick", "cron": "* * * * *"}, "400", "schedule name"),
+        ({"name": "tick", "path": "tests/nats-api/tick", "cron": "0 61 * * *"}, "400", "cron"),
+        (
+            {"name": "tick", "path": "tests/nats-api/tick", "cron": "* * * * *", "timezone": "Mars/Base"},
+            "400",
+            "time zone",
+        ),
+        (
+            {"name": "tick", "path": "tests/nats-api/tick", "cron": "* * * * *", "overlap": "queue"},
+            "400",
+            "--overlap",
+        ),
+        ({"name": "tick", "cron": "* * * * *"}, "400", "--path"),
+        ({"path": "tests/nats-api/tick", "cron": "* * * * *"}, "400", "name"),
+    ):
+        reply, headers = await request(user, add, body)
+        assert headers.get("Nats-Service-Error-Code") == code, (body, reply)
+        assert reply["error"]["kind"] == "request_invalid" and words in reply["error"]["message"], reply
+    reply, headers = await request(user, add, ["not", "an", "object"])
+    assert headers["Nats-Service-Error-Code"] == "400", reply
+
+    reply, headers = await request(
+        user,
+        add,
+        {"name": "tick", "path": "tests/nats-api/tick", "cron": "*/2 * * * * *", "payload": {"n": 1}},
+    )
+    assert "Nats-Service-Error-Code" not in headers, reply
+    assert reply["name"] == "tick" and reply["paused"] is False and reply["overlap"] == "allow"
+
+    async def fired() -> list[dict[str, Any]]:
+        msgs = await read_messages(
+            nc.jetstream(), s.EVENTS_STREAM, [s.execution_event_filter("*", "playbook.execution.requested")]
+        )
+        return [ev for _, ev in msgs if (ev.get("payload") or {}).get("schedule") == "tick"]
+
+    started: list[dict[str, Any]] = []
+    for _ in range(100):  # the first fire comes within 2 s
+        started = await fired()
+        if started:
+            break
+        await asyncio.sleep(0.1)
+    assert started, "no execution of schedule tick within 10 s"
+    assert started[0]["payload"]["request_id"].startswith("schedule.tick.")
+    status, _ = await request(user, "noetl.api.status", {"execution_id": started[0]["execution_id"]})
+    assert status["schedule"] == "tick", status
+
+    reply, headers = await request(user, "noetl.api.schedule.pause", {"name": "tick"})
+    assert "Nats-Service-Error-Code" not in headers and reply["paused"] is True, reply
+    listed, _ = await request(user, "noetl.api.schedule.list", {})
+    assert [(x["name"], x["paused"], x["next_fire"]) for x in listed["schedules"]] == [("tick", True, None)]
+    reply, _ = await request(user, "noetl.api.schedule.resume", {"name": "tick"})
+    assert reply["paused"] is False, reply
+    listed, _ = await request(user, "noetl.api.schedule.list", None)  # `nats req ... ''` works too
+    assert listed["schedules"][0]["next_fire"] is not None, listed
+
+    reply, headers = await request(user, "noetl.api.schedule.delete", {"name": "tick"})
+    assert "Nats-Service-Error-Code" not in headers and reply == {"name": "tick", "deleted": True}
+    for action in ("pause", "resume", "delete"):
+        reply, headers = await request(user, f"noetl.api.schedule.{action}", {"name": "tick"})
+        assert headers["Nats-Service-Error-Code"] == "404" and reply["error"]["kind"] == "not_found", reply
+        reply, headers = await request(user, f"noetl.api.schedule.{action}", {"name": "a.>"})
+        assert headers["Nats-Service-Error-Code"] == "400", (action, reply)
+    listed, _ = await request(user, "noetl.api.schedule.list", {})
+    assert listed == {"schedules": []}
+    for ev in started:
+        for _ in range(100):
+            if await finished_event(nc.jetstream(), ev["execution_id"]):
+                break
+            await asyncio.sleep(0.1)

@@ -141,3 +141,48 @@ def test_fragments_escape_what_playbooks_and_tasks_write() -> None:
     view = fold("e1", events)
     html = render("_summary.html", view=view, actions=[]) + render("_timeline.html", view=view, actions=[])
     assert "<img" not in html and "&lt;img src=x" in html and "<script>" not in html
+
+
+WAITING = [
+    _ev("playbook.execution.requested", "ops/approve", t=0, path="ops/approve", schedule="nightly"),
+    _ev("step.scheduled", "start", "r1", 0, args={}),
+    _ev("step.done", "start", "r1", 0, result=None),
+    _ev("step.waiting", "approve", "r2", 1, args={}, signal="approval", timeout_s=90),
+    _ev("step.waiting", "second", "r3", 2, args={}, signal="sign-off", timeout_s=None),
+    _ev("execution.paused", "e1", t=3, reason="lunch"),
+]
+
+
+def test_fold_says_what_an_execution_waits_for_and_which_schedule_started_it() -> None:
+    """SEMANTICS §17, §18: the step runs waiting for a signal, since when and until when; paused."""
+    view = fold("e1", WAITING)
+    assert view.schedule == "nightly" and view.paused and view.status == "running"
+    assert [(w.step, w.signal, w.since, w.until) for w in view.waiting] == [
+        ("approve", "approval", "2026-01-01T00:00:01+00:00", "2026-01-01T00:01:31+00:00"),
+        ("second", "sign-off", "2026-01-01T00:00:02+00:00", None),
+    ]
+    assert view.step_state("approve") == ("waiting", "waits for approval")
+    html = render("_summary.html", view=view, actions=[])
+    assert '<dd id="schedule">nightly</dd>' in html and 'id="paused"' in html
+    assert "fails with signal_timeout at 2026-01-01 00:01:31 (90 s)" in html
+
+    # the signal comes for approve (it runs, then is done); sign-off never comes and times out
+    later = [
+        *WAITING,
+        _ev("execution.resumed", "e1", t=4),
+        _ev("signal.received", "e1", t=5, signal="approval", data={"approved": True}),
+        _ev("step.scheduled", "approve", "r2", 5, args={"signal": {"approved": True}}),
+    ]
+    view = fold("e1", later)
+    assert not view.paused and [w.step for w in view.waiting] == ["second"]
+    assert view.step_state("approve")[0] == "running"
+    view = fold(
+        "e1",
+        [
+            *later,
+            _ev("step.done", "approve", "r2", 5, result={"approved": True}),
+            _ev("step.failed", "second", "r3", 9, error={"kind": "signal_timeout", "message": "none came"}),
+        ],
+    )
+    assert view.step_state("approve")[0] == "done" and view.step_state("second")[0] == "failed"
+    assert view.waiting == []

@@ -49,7 +49,7 @@ def waiting_for(events: list[dict[str, Any]]) -> dict[str, Any]:
     for ev in events:
         name, rid = ev.get("name"), ev.get("step_run_id")
         if name == "step.waiting" and rid:
-            p = ev.get("payload") or {}
+            p = ev.get("payload") if isinstance(ev.get("payload"), dict) else {}
             waiting[rid] = {
                 "step": ev.get("entity_id"),
                 "step_run_id": rid,

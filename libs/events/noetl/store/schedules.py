@@ -156,6 +156,8 @@ class ScheduleStore:
             "paused": False,
             "last_fire": old.get("last_fire"),
             "last_execution_id": old.get("last_execution_id"),
+            "skipped": int(old.get("skipped") or 0),
+            "last_skipped": old.get("last_skipped"),
         }
         try:
             await self._define(sch)
@@ -185,6 +187,8 @@ class ScheduleStore:
             await self.js.purge_stream(s.TIMERS_STREAM, subject=subject)
 
     async def set_paused(self, name: str, paused: bool) -> dict[str, Any]:
+        if problem := schedule_name_problem(name):
+            return reply_error(RequestInvalidError(problem))
         sch = await self.get(name)
         if sch is None:
             return reply_error(NoSuchEntityError(f"no schedule {name!r}: see `noetl schedule list`"))
@@ -196,17 +200,25 @@ class ScheduleStore:
             await self._define(sch)
         return sch
 
-    async def record(self, name: str, fired: str, execution_id: str | None) -> None:
-        """After a fire: what it started (``--overlap skip`` looks at it next time)."""
+    async def record(self, name: str, fired: str, execution_id: str | None, skipped: bool = False) -> None:
+        """After a fire: what it started (``--overlap skip`` looks at it next time), or that it was
+        skipped: ``skipped`` counts the due times that started nothing and ``last_skipped`` names
+        the latest, so ``noetl schedule list`` shows an overlap without reading server logs. A
+        fire handled twice (redelivered after a failover) is counted once."""
         sch = await self.get(name)
         if sch is None:
             return
         sch["last_fire"] = fired
         if execution_id is not None:
             sch["last_execution_id"] = execution_id
+        if skipped and sch.get("last_skipped") != fired:
+            sch["skipped"] = int(sch.get("skipped") or 0) + 1
+            sch["last_skipped"] = fired
         await self.kv.put(name, json.dumps(sch).encode())
 
     async def delete(self, name: str) -> dict[str, Any]:
+        if problem := schedule_name_problem(name):
+            return reply_error(RequestInvalidError(problem))
         if await self.get(name) is None:
             return reply_error(NoSuchEntityError(f"no schedule {name!r}: see `noetl schedule list`"))
         await self._undefine(name)

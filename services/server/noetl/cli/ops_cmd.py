@@ -112,6 +112,16 @@ async def _logs(nc: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def _outside_note(e: dict[str, Any]) -> str:
+    """What a listed execution owes to the outside (SEMANTICS §17, §18): the schedule that started
+    it, a pause, the signals it waits for, so an operator sees who has to act without `status`."""
+    notes = [f"schedule {e['schedule']}"] if e.get("schedule") else []
+    if e.get("paused"):
+        notes.append("paused")
+    notes += [f"waiting: step {w.get('step')} for signal {w.get('signal')!r}" for w in e.get("waiting") or []]
+    return "".join(f"  ({n})" for n in notes)
+
+
 async def _executions(nc: Any, args: argparse.Namespace) -> int:
     from noetl.server.api.queries import list_executions
 
@@ -122,6 +132,7 @@ async def _executions(nc: Any, args: argparse.Namespace) -> int:
     for e in out["executions"]:
         print(
             f"{e['execution_id']}  {e['status']:<9} {e.get('requested_at') or '-':<32} {e.get('path') or '-'}"
+            + _outside_note(e)
         )
     if out["next_cursor"] is not None:
         print(f"(more: --limit larger than {args.limit})", file=sys.stderr)

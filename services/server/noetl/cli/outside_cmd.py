@@ -68,9 +68,12 @@ async def _schedule(nc: Any, args: argparse.Namespace) -> int:
             return 0
         for sch in out:
             state = "paused" if sch.get("paused") else "active"
+            skipped = ""
+            if sch.get("skipped"):  # --overlap skip: due times that started nothing
+                skipped = f"  skipped {sch['skipped']}, last {sch.get('last_skipped')}"
             print(
                 f"{sch['name']:<24} {state:<7} {sch['cron']!r:<20} {sch.get('timezone') or 'UTC':<16} "
-                f"{sch['path']}  next {sch.get('next_fire') or '-'}"
+                f"{sch['path']}  next {sch.get('next_fire') or '-'}{skipped}"
             )
         return 0
     if args.action == "add":

@@ -60,8 +60,13 @@ async def fire(js: Any, store: ScheduleStore, requests: RequestHandler, msg: Any
     stamped = getattr(getattr(msg, "metadata", None), "timestamp", None) or datetime.now(UTC)
     due = fire_time(sch, (msg.headers or {}).get("Nats-Schedule-Next"), stamped).isoformat()
     if sch.get("overlap") == "skip" and await _running(js, sch.get("last_execution_id")):
-        log.info("schedule %s: fire at %s skipped, %s still runs", name, due, sch["last_execution_id"])
-        await store.record(name, due, None)
+        log.info(
+            "schedule %s: the fire due %s is skipped (--overlap skip): execution %s still runs",
+            name,
+            due,
+            sch["last_execution_id"],
+        )
+        await store.record(name, due, None, skipped=True)
         return None
     request_id = f"schedule.{name}.{due}"
     request = {

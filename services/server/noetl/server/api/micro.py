@@ -1,8 +1,9 @@
 """The NATS service ``noetl`` (NATS Services API: ``nats micro ls`` lists it).
 
 Request-reply for clients that speak NATS but want an answer now: ``noetl.api.execute`` (same
-handling as ``POST /api/executions``), ``noetl.api.status``, ``noetl.api.cancel``, and the outside
-input of SEMANTICS §17: ``noetl.api.signal``, ``noetl.api.pause``, ``noetl.api.resume``. All replicas
+handling as ``POST /api/executions``), ``noetl.api.status``, ``noetl.api.cancel``, the outside
+input of SEMANTICS §17: ``noetl.api.signal``, ``noetl.api.pause``, ``noetl.api.resume``, and the
+schedules of §18: ``noetl.api.schedule.add|list|pause|resume|delete``. All replicas
 join one queue group, so each request is answered once by whichever is free. These subjects are
 outside every stream on purpose: JetStream would answer a request on a captured subject with
 its publish ack. A failure is an error reply (``Nats-Service-Error`` / ``-Code`` headers, what
@@ -39,7 +40,9 @@ CANCEL_SUBJECT = "noetl.api.cancel"
 SIGNAL_SUBJECT = "noetl.api.signal"
 PAUSE_SUBJECT = "noetl.api.pause"
 RESUME_SUBJECT = "noetl.api.resume"
-# what an outside-input refusal answers, by error kind (the HTTP API answers the same codes)
+SCHEDULE_SUBJECT = "noetl.api.schedule.{action}"
+SCHEDULE_ACTIONS = ("add", "list", "pause", "resume", "delete")
+# what an outside-input or schedule refusal answers, by error kind (the HTTP API answers the same codes)
 OUTSIDE_CODES = {"not_found": 404, "execution_finished": 409, "request_invalid": 400}
 
 
@@ -57,6 +60,18 @@ async def _reply(req: Request, body: dict[str, Any], status: int = 200) -> None:
     await req.respond_error(str(status), message, data=data)
 
 
+def _object(req: Request) -> dict[str, Any] | None:
+    """The request's JSON object; an empty request (``nats req subject ''``) or ``null`` is an
+    empty one, so a list needs no body."""
+    try:
+        body = json.loads(req.data or b"{}")
+    except ValueError:
+        return None
+    if body is None:
+        return {}
+    return body if isinstance(body, dict) else None
+
+
 def _execution_id(req: Request) -> str | dict[str, Any]:
     try:
         body = json.loads(req.data or b"null")
@@ -72,13 +87,14 @@ class NatsApiService:
     def __init__(self, nc: NATS, requests_handler: Any) -> None:
         self.nc, self.requests = nc, requests_handler
         self.service: Service | None = None
+        self._schedules: Any = None  # the ScheduleStore, opened on the first schedule request
 
     async def start(self) -> None:
         self.service = await add_service(
             self.nc,
             name=SERVICE_NAME,
             version=_semver(package_version()),
-            description="NoETL control plane: start, inspect, signal, pause and cancel executions",
+            description="NoETL control plane: start, inspect, signal, pause and cancel executions; schedules",
             queue_group=QUEUE_GROUP,
         )
         for name, subject, handler in (
@@ -88,6 +104,10 @@ class NatsApiService:
             ("signal", SIGNAL_SUBJECT, self._signal),
             ("pause", PAUSE_SUBJECT, self._pause),
             ("resume", RESUME_SUBJECT, self._resume),
+            *(
+                (f"schedule_{action}", SCHEDULE_SUBJECT.format(action=action), self._schedule_handler(action))
+                for action in SCHEDULE_ACTIONS
+            ),
         ):
             await self.service.add_endpoint(name=name, subject=subject, handler=handler)
 
@@ -151,3 +171,47 @@ class NatsApiService:
             await _reply(req, reply_error(NoSuchEntityError(f"no execution {eid}")), 404)
             return
         await _reply(req, out)
+
+    def _schedule_handler(self, action: str) -> Any:
+        async def handler(req: Request) -> None:
+            await self._schedule(req, action)
+
+        return handler
+
+    async def _schedule(self, req: Request, action: str) -> None:
+        """``noetl.api.schedule.add`` ({name, path, cron, version?, timezone?, payload?, overlap?}),
+        ``.list`` ({}), ``.pause`` / ``.resume`` / ``.delete`` ({name}): the same store calls as
+        ``/api/schedules`` and ``noetl schedule``, so the same refusals (400 for a bad name, cron
+        expression or time zone, 404 for an unknown schedule)."""
+        from noetl.store.schedules import ScheduleStore
+
+        body = _object(req)
+        if body is None:
+            await _reply(req, reply_error(RequestInvalidError("send a JSON object")), 400)
+            return
+        if self._schedules is None:
+            self._schedules = await ScheduleStore.open(self.nc.jetstream())
+        store = self._schedules
+        if action == "list":
+            await _reply(req, {"schedules": await store.list()})
+            return
+        name = body.get("name")
+        if not isinstance(name, str):
+            await _reply(req, reply_error(RequestInvalidError('send {"name": "...", ...}')), 400)
+            return
+        if action == "add":
+            out = await store.add(
+                name,
+                path=body.get("path"),
+                version=body.get("version"),
+                cron=body.get("cron"),
+                timezone=body.get("timezone"),
+                payload=body.get("payload"),
+                overlap=body.get("overlap") or "allow",
+            )
+        elif action in ("pause", "resume"):
+            out = await store.set_paused(name, action == "pause")
+        else:
+            out = await store.delete(name)
+        err = out.get("error")
+        await _reply(req, out, OUTSIDE_CODES.get(err.get("kind"), 400) if err else 200)

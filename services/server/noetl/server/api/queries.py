@@ -8,6 +8,7 @@ server restart between the request and its handling.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -21,6 +22,8 @@ from noetl.events.bus import read_execution_events, read_messages
 
 REQUESTED_FILTER = "noetl.events.*.*.playbook.execution.requested"
 FINISHED_FILTER = "noetl.events.*.*.workflow.finished"
+# the events after which a running execution may wait for something outside it (SEMANTICS §17)
+OUTSIDE_FILTERS = ["noetl.events.*.*.step.waiting", "noetl.events.*.*.execution.paused"]
 MAX_LIMIT = 1000
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
@@ -44,8 +47,30 @@ def _summary_of(requested: dict[str, Any] | None, finished: dict[str, Any] | Non
         "requested_at": (requested or {}).get("timestamp"),
         "finished_at": (finished or {}).get("timestamp"),
         "parent_execution_id": any_ev.get("parent_execution_id"),
+        "schedule": req.get("schedule"),  # the schedule whose fire started it (SEMANTICS §18)
         "error": brief(error),
     }
+
+
+async def _waits(js: JetStreamContext, items: list[dict[str, Any]]) -> None:
+    """Fill in what each running execution of a listed page waits for (a signal, a resume).
+
+    Only executions that ever waited or paused are read in full (one filtered read finds them), so
+    a page of executions that never do costs one read more, not one per execution."""
+    for item in items:
+        item["waiting"], item["paused"] = [], False
+    running = {item["execution_id"]: item for item in items if item["status"] == "running"}
+    if not running:
+        return
+    outside = {ev.get("execution_id") for _, ev in await read_messages(js, s.EVENTS_STREAM, OUTSIDE_FILTERS)}
+    gate = asyncio.Semaphore(8)
+
+    async def one(item: dict[str, Any]) -> None:
+        async with gate:
+            waits = waiting_for(await read_execution_events(js, item["execution_id"]))
+        item["waiting"], item["paused"] = waits["signals"], waits["paused"]
+
+    await asyncio.gather(*(one(item) for eid, item in running.items() if eid in outside))
 
 
 async def list_executions(
@@ -92,6 +117,7 @@ async def list_executions(
             next_cursor = first_seq[items[-1]["execution_id"]]
             break
         items.append(item)
+    await _waits(js, items)
     return {"executions": items, "next_cursor": next_cursor}
 
 
@@ -105,12 +131,11 @@ async def execution_status(js: JetStreamContext, execution_id: str) -> dict[str,
     requested = next((e for e in events if e.get("name") == "playbook.execution.requested"), None)
     finished = next((e for e in events if e.get("name") == "workflow.finished"), None)
     summary = _summary_of(requested, finished)
-    for key in ("path", "version", "requested_at", "finished_at", "parent_execution_id"):
+    for key in ("path", "version", "requested_at", "finished_at", "parent_execution_id", "schedule"):
         out[key] = summary[key]
     out["events"] = len(events)
     waits = waiting_for(events)  # SEMANTICS §17: the signals it waits for, and a pause
     out["waiting"], out["paused"] = waits["signals"], waits["paused"]
-    out["schedule"] = ((requested or {}).get("payload") or {}).get("schedule")
     out["loops"] = loop_counters(events)  # per loop step: total, done, failed, in flight of each run
     return out
 

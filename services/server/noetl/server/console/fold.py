@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from noetl.client.view import waiting_for
 
 _TERMINAL = {"step.done": "done", "loop.done": "done", "step.failed": "failed"}
 # the order a step's status is picked in when it has several runs: what needs attention first
-_PRIORITY = ("running", "failed", "stopped", "done", "skipped")
+_PRIORITY = ("waiting", "running", "failed", "stopped", "done", "skipped")
+# a run that has not ended: running, or waiting for its signal (SEMANTICS §17)
+_OPEN = ("running", "waiting")
 
 
 def parse_ts(value: Any) -> datetime | None:
@@ -91,6 +95,25 @@ class StepRun:
         return duration_ms(self.started, self.ended)
 
 
+@dataclass(frozen=True)
+class Wait:
+    """A step run waiting for a signal (``lifecycle.await``): what a person has to send, and by
+    when, before the step fails with ``signal_timeout``."""
+
+    step: str
+    run_id: str
+    signal: str
+    since: str | None
+    timeout_s: float | None
+
+    @property
+    def until(self) -> str | None:
+        start = parse_ts(self.since)
+        if start is None or not isinstance(self.timeout_s, int | float) or self.timeout_s <= 0:
+            return None
+        return (start + timedelta(seconds=self.timeout_s)).isoformat()
+
+
 @dataclass
 class ExecutionView:
     execution_id: str
@@ -108,6 +131,8 @@ class ExecutionView:
     error: dict[str, Any] | None = None
     cancel_requested: str | None = None  # the reason, once a cancel was recorded
     paused: bool = False  # execution.paused seen and no execution.resumed after it (SEMANTICS §17)
+    schedule: str | None = None  # the schedule whose fire started it (SEMANTICS §18)
+    waiting: list[Wait] = field(default_factory=list)  # the signals its step runs wait for now
     runs: list[StepRun] = field(default_factory=list)
     arcs: Counter[tuple[str, int]] = field(default_factory=Counter)  # (step, arc index) -> fired
     events: int = 0
@@ -130,6 +155,9 @@ class ExecutionView:
         loops = [r.loop for r in runs if r.loop is not None]
         if loops:
             detail = loops[-1].text()
+        elif status == "waiting":
+            signals = sorted({w.signal for w in self.waiting if w.step == step})
+            detail = "waits for " + (", ".join(signals) or "a signal")
         elif len(runs) == 1:
             d = runs[0].duration_ms
             detail = runs[0].status + (f" {format_ms(d)}" if d is not None and runs[0].ended else "")
@@ -176,9 +204,17 @@ def fold(execution_id: str, events: list[dict[str, Any]]) -> ExecutionView:
             view.playbook = ev.get("entity_id") or view.path
             view.parent_execution_id = ev.get("parent_execution_id")
             view.payload = payload.get("payload")
+            view.schedule = payload.get("schedule") if isinstance(payload.get("schedule"), str) else None
+        elif name == "step.waiting":
+            run = _run(view, by_id, ev)
+            run.args = payload.get("args")
+            if run.status == "running":
+                run.status = "waiting"
         elif name in ("step.scheduled", "step.skipped"):
             run = _run(view, by_id, ev)
             run.args = payload.get("args")
+            if run.status == "waiting":  # its signal came: the run starts now
+                run.status = "running"
             if name == "step.skipped":
                 run.status, run.ended = "skipped", ev.get("timestamp")
         elif name == "step.started":
@@ -196,7 +232,7 @@ def fold(execution_id: str, events: list[dict[str, Any]]) -> ExecutionView:
             run.worker = payload.get("worker") or run.worker
         elif name in _TERMINAL:
             run = _run(view, by_id, ev)
-            if run.status == "running":
+            if run.status in _OPEN:
                 run.status, run.ended = _TERMINAL[name], ev.get("timestamp")
                 run.result = payload.get("result")
                 run.error = payload.get("error") if isinstance(payload.get("error"), dict) else None
@@ -254,8 +290,13 @@ def fold(execution_id: str, events: list[dict[str, Any]]) -> ExecutionView:
             view.finished = True
     if view.finished_at is not None:  # runs the execution left behind (cancelled, failed) stop here
         for run in view.runs:
-            if run.status == "running":
+            if run.status in _OPEN:
                 run.status, run.ended = "stopped", view.finished_at
+    view.waiting = [
+        Wait(str(w["step"]), str(w["step_run_id"]), str(w["signal"]), w.get("since"), w.get("timeout_s"))
+        for w in waiting_for(events)["signals"]
+        if w.get("step") and w.get("signal")
+    ]
     return view
 
 

@@ -29,7 +29,8 @@ from starlette.staticfiles import StaticFiles
 from noetl.client.run import cancel as request_cancel
 from noetl.client.run import pause as request_pause
 from noetl.client.run import resume as request_resume
-from noetl.dsl.errors import PlaybookInvalidError
+from noetl.client.run import signal as request_signal
+from noetl.dsl.errors import PlaybookInvalidError, RequestInvalidError, reply_error
 from noetl.dsl.validate import load_playbook
 from noetl.events.bus import read_execution_events
 from noetl.events.runtime import list_runtime
@@ -50,31 +51,46 @@ _MAX_GRAPHS = 256
 
 @dataclass(frozen=True)
 class Action:
-    """A button on the execution page (cancel, pause, resume); the page shows whichever apply to
-    the execution's status. A signal needs its data, so it is sent with `noetl signal` or the API."""
+    """A control on the execution page (cancel, pause, resume, signal); the page shows whichever
+    apply to the execution's status. ``fields`` are what its form posts besides the request id
+    (a signal needs a name and its data; the buttons post nothing)."""
 
     name: str
     label: str
     shown_when: frozenset[str]
     confirm: str
-    run: Callable[[Any, str], Awaitable[dict[str, Any] | None]]
+    run: Callable[[Any, str, dict[str, str]], Awaitable[dict[str, Any] | None]]
+    fields: tuple[str, ...] = ()
 
 
-async def _cancel(js: Any, execution_id: str) -> dict[str, Any] | None:
+async def _cancel(js: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
     return await request_cancel(js, execution_id, "cancelled from the console")
 
 
 async def _outside(out: dict[str, Any]) -> dict[str, Any] | None:
-    """None (the page's 404) for an execution that does not exist; a finished one just reloads."""
+    """None (the page's 404) for an execution that does not exist; a refusal otherwise is kept, so
+    the page can say why (a signal's bad name or data)."""
     return None if (out.get("error") or {}).get("kind") == "not_found" else out
 
 
-async def _pause(js: Any, execution_id: str) -> dict[str, Any] | None:
+async def _pause(js: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
     return await _outside(await request_pause(js, execution_id, "paused from the console"))
 
 
-async def _resume(js: Any, execution_id: str) -> dict[str, Any] | None:
+async def _resume(js: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
     return await _outside(await request_resume(js, execution_id))
+
+
+async def _signal(js: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
+    """The signal form: its data is JSON (empty sends none); the request id the page was rendered
+    with makes a double click one signal, not a second one queued for the next wait."""
+    text = (form.get("data") or "").strip()
+    try:
+        data = json.loads(text) if text else None
+    except ValueError as e:
+        return reply_error(RequestInvalidError(f"the signal's data is not JSON: {e}"))
+    name = (form.get("signal") or "").strip()
+    return await _outside(await request_signal(js, execution_id, name, data, form.get("request_id") or None))
 
 
 ACTIONS: dict[str, Action] = {
@@ -83,7 +99,12 @@ ACTIONS: dict[str, Action] = {
     ),
     "resume": Action("resume", "Resume", frozenset({"running"}), "Resume this execution?", _resume),
     "cancel": Action("cancel", "Cancel", frozenset({"running"}), "Cancel this execution?", _cancel),
+    "signal": Action(
+        "signal", "Send signal", frozenset({"running"}), "Send this signal?", _signal, ("signal", "data")
+    ),
 }
+# what the page says when an action is refused, by error kind (as the API answers)
+_REFUSED = {"request_invalid": 400, "execution_finished": 409}
 
 
 def actions_for(view: ExecutionView) -> list[Action]:
@@ -93,7 +114,7 @@ def actions_for(view: ExecutionView) -> list[Action]:
         a
         for a in ACTIONS.values()
         if view.status in a.shown_when
-        and not (a.name == "cancel" and view.cancel_requested)
+        and not (a.name in ("cancel", "signal") and view.cancel_requested)
         and not (a.name == "pause" and (view.paused or view.cancel_requested))
         and not (a.name == "resume" and not view.paused)
     ]
@@ -241,7 +262,7 @@ async def _graph_for(ctx: Any, events: list[dict[str, Any]]) -> Graph | None:
 
 
 def _fragments(view: ExecutionView) -> dict[str, str]:
-    common = {"view": view, "actions": actions_for(view)}
+    common = {"view": view, "actions": actions_for(view), "request_id": uuid.uuid4().hex}
     return {
         "summary": render("_summary.html", **common),
         "timeline": render("_timeline.html", **common),
@@ -268,7 +289,14 @@ async def _read_view(request: Request) -> tuple[ExecutionView, list[dict[str, An
     return fold(eid, events), events
 
 
-async def execution_page(request: Request) -> Response:
+async def execution_page(
+    request: Request,
+    *,
+    refused: str | None = None,
+    form: dict[str, str] | None = None,
+    status_code: int = 200,
+) -> Response:
+    """The page; after a refused action, with why (``refused``) and what was typed (``form``)."""
     got = await _read_view(request)
     if isinstance(got, Response):
         return got
@@ -277,11 +305,15 @@ async def execution_page(request: Request) -> Response:
     return page(
         request,
         "execution.html",
+        status_code,
         view=view,
         graph=graph,
         states=_node_states(view),
         actions=actions_for(view),
         last_event_id=events[-1].get("event_id") or "",
+        refused=refused,
+        form=form or {},
+        request_id=uuid.uuid4().hex,
         nav="executions",
     )
 
@@ -339,8 +371,15 @@ async def execution_action(request: Request) -> Response:
     action = ACTIONS.get(name)
     if action is None or not valid_execution_id(eid):
         return page(request, "missing.html", 404, what=f"action {name}")
-    if await action.run(ctx_of(request).js, eid) is None:
+    form = await form_data(request) if action.fields else {}
+    out = await action.run(ctx_of(request).js, eid, form)
+    if out is None:
         return page(request, "missing.html", 404, what=f"execution {eid}")
+    err = out.get("error") or {}
+    if action.fields and err.get("kind") in _REFUSED:  # a button on a finished execution just reloads
+        return await execution_page(
+            request, refused=str(err.get("message")), form=form, status_code=_REFUSED[err["kind"]]
+        )
     return RedirectResponse(f"/ui/executions/{eid}", status_code=303)
 
 

@@ -3,7 +3,8 @@
    - forms with data-confirm ask first;
    - an element with data-refresh="N" is re-read from the server every N seconds;
    - the execution page follows the execution's events (SSE) and, after each burst, swaps in the
-     node states and fragments the server renders (GET .../state). */
+     node states and fragments the server renders (GET .../state), keeping what was typed into
+     the signal form. */
 (function () {
   "use strict";
 
@@ -43,15 +44,30 @@
     return open;
   }
 
+  // what a person typed into a form of the fragment (the signal form), so a repaint keeps it
+  function typedFields(container) {
+    var typed = {}, focused = document.activeElement;
+    container.querySelectorAll("input[id], textarea[id]").forEach(function (f) {
+      if (f.type !== "hidden" && f.value !== f.defaultValue) typed[f.id] = f.value;
+    });
+    return { values: typed, focus: focused && container.contains(focused) ? focused.id : null };
+  }
+
   function setFragment(id, html) {
     var el = document.getElementById(id);
     if (!el || el.getAttribute("data-html") === html) return;
-    var open = openDetails(el);
+    var open = openDetails(el), typed = typedFields(el);
     el.innerHTML = html;
     el.setAttribute("data-html", html);
     el.querySelectorAll("details[data-key]").forEach(function (d) {
       if (open[d.getAttribute("data-key")]) d.open = true;
     });
+    Object.keys(typed.values).forEach(function (fid) {
+      var f = document.getElementById(fid);
+      if (f) f.value = typed.values[fid];
+    });
+    var again = typed.focus && document.getElementById(typed.focus);
+    if (again) again.focus();
   }
 
   function apply(state) {
