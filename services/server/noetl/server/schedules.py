@@ -12,7 +12,6 @@ one missed fire (the latest) is caught up, never a backlog.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from datetime import UTC, datetime
 from typing import Any
@@ -24,9 +23,8 @@ from nats.js.errors import NotFoundError
 from noetl.events import subjects as s
 from noetl.events.envelope import dumps
 from noetl.events.ids import execution_id_for
-from noetl.events.puller import Puller, ack_stored
+from noetl.events.puller import consume
 from noetl.events.retry import retrying
-from noetl.events.streams import ensure_consumer
 from noetl.server.requests import RequestHandler
 from noetl.store.schedules import ScheduleStore, fire_time
 
@@ -92,24 +90,11 @@ async def fire_loop(nc: NATS, requests: RequestHandler, stopping: asyncio.Event)
         ack_wait=FIRE_ACK_WAIT,
         max_deliver=-1,
     )
-    await retrying(lambda: ensure_consumer(js, s.TIMERS_STREAM, config), "schedule consumer")
-    puller = await Puller(nc, s.TIMERS_STREAM, s.SCHEDULES_CONSUMER).start()
-    try:
-        while not stopping.is_set():
-            try:
-                msgs = await puller.fetch(16, wait=1.0)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.warning("schedule fetch failed: %s", e)
-                await asyncio.sleep(0.2)
-                continue
-            for m in msgs:
-                try:
-                    await retrying(lambda m=m: fire(js, store, requests, m), "starting a scheduled execution")
-                except Exception:
-                    log.exception("schedule fire on %s failed; it is dropped", m.subject)
-                await ack_stored(m, "acknowledging a schedule fire")
-    finally:
-        with contextlib.suppress(Exception):
-            await puller.stop(nak=True)
+
+    async def handle(m: Any) -> None:
+        try:
+            await retrying(lambda: fire(js, store, requests, m), "starting a scheduled execution")
+        except Exception:
+            log.exception("schedule fire on %s failed; it is dropped", m.subject)
+
+    await consume(nc, s.TIMERS_STREAM, config, handle, stopping, batch=16, what="schedule fires")

@@ -29,9 +29,8 @@ from noetl.events.clock import utc_now
 from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.ids import derive_id
 from noetl.events.publisher import Publisher, ignore_result
-from noetl.events.puller import Puller, ack_stored
+from noetl.events.puller import consume
 from noetl.events.retry import retrying
-from noetl.events.streams import ensure_consumer
 
 log = logging.getLogger("noetl.server")
 
@@ -99,31 +98,16 @@ async def due_loop(nc: NATS, stopping: asyncio.Event) -> None:
         ack_wait=TIMER_ACK_WAIT,
         max_deliver=-1,
     )
-    await retrying(lambda: ensure_consumer(js, s.TIMERS_STREAM, config), "timer consumer")
-    puller = await Puller(nc, s.TIMERS_STREAM, s.TIMERS_CONSUMER).start()
-    try:
-        while not stopping.is_set():
-            try:
-                msgs = await puller.fetch(64, wait=1.0)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.warning("timer fetch failed: %s", e)
-                await asyncio.sleep(0.2)
-                continue
-            for m in msgs:
-                try:
-                    timer = loads(m.data)
-                    fired = fired_event(timer)
-                except (ValueError, KeyError, TypeError):
-                    log.warning("ignored a malformed timer on %s", m.subject)
-                    await ack_stored(m, "dropping a malformed timer")
-                    continue
-                await retrying(lambda f=fired: publish_all(js, [f]), "recording a due timer")
-                await ack_stored(m, "acknowledging a due timer")
-    finally:
-        with contextlib.suppress(Exception):
-            await puller.stop(nak=True)
+
+    async def handle(m: Any) -> None:
+        try:
+            fired = fired_event(loads(m.data))
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignored a malformed timer on %s", m.subject)
+            return  # acknowledged: dropped
+        await retrying(lambda: publish_all(js, [fired]), "recording a due timer")
+
+    await consume(nc, s.TIMERS_STREAM, config, handle, stopping, what="due timers")
 
 
 def uses_timers(playbook: Any) -> bool:
