@@ -215,6 +215,25 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def action_parsers(p: argparse.ArgumentParser) -> Callable[[str, str], argparse.ArgumentParser]:
+    """Sub-actions of a command (``credentials set``, ``schedule add``) that take the connection
+    options after the action too (``credentials list --nats-url X``); SUPPRESS keeps the
+    parent's value when they are not given there."""
+    actions = p.add_subparsers(dest="action", required=True)
+
+    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+        a = actions.add_parser(name, help=help_text)
+        a.add_argument(
+            "--nats-url", default=argparse.SUPPRESS, help="NATS URL, or a comma-separated list of a cluster's"
+        )
+        a.add_argument(
+            "--timeout", type=float, default=argparse.SUPPRESS, help="give up after this many seconds"
+        )
+        return a
+
+    return action
+
+
 def add_parsers(sub: Any, nats_url_default: str) -> None:
     def parser(name: str, help_text: str, fn: Any) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
@@ -265,18 +284,7 @@ def add_parsers(sub: Any, nats_url_default: str) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = parser("credentials", "set, list or delete keychain entries (NOETL_CREDENTIALS_KEY)", _credentials)
-    actions = p.add_subparsers(dest="action", required=True)
-
-    def action(name: str, help_text: str) -> argparse.ArgumentParser:
-        a = actions.add_parser(name, help=help_text)
-        # also after the action (`credentials list --nats-url X`); SUPPRESS keeps the parent's value
-        a.add_argument(
-            "--nats-url", default=argparse.SUPPRESS, help="NATS URL, or a comma-separated list of a cluster's"
-        )
-        a.add_argument(
-            "--timeout", type=float, default=argparse.SUPPRESS, help="give up after this many seconds"
-        )
-        return a
+    action = action_parsers(p)
 
     a = action("set", "store a credential, encrypted")
     a.add_argument("name")

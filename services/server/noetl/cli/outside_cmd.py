@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from noetl.cli.ops_cmd import _check_id, _print_json, _run
+from noetl.cli.ops_cmd import _check_id, _print_json, _run, action_parsers
 from noetl.cli.session import DEFAULT_TIMEOUT
 
 
@@ -122,17 +122,7 @@ def add_parsers(sub: Any, nats_url_default: str) -> None:
     p.add_argument("execution_id")
 
     p = parser("schedule", "add, list, pause, resume or delete schedules (cron)", _schedule)
-    actions = p.add_subparsers(dest="action", required=True)
-
-    def action(name: str, help_text: str) -> argparse.ArgumentParser:
-        a = actions.add_parser(name, help=help_text)
-        a.add_argument(
-            "--nats-url", default=argparse.SUPPRESS, help="NATS URL, or a comma-separated list of a cluster's"
-        )
-        a.add_argument(
-            "--timeout", type=float, default=argparse.SUPPRESS, help="give up after this many seconds"
-        )
-        return a
+    action = action_parsers(p)
 
     a = action("add", "start a catalog playbook on a cron schedule")
     a.add_argument("name", help="1 to 64 letters, digits, '-' or '_'")
