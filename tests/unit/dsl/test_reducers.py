@@ -107,9 +107,9 @@ def test_reducers_are_checked() -> None:
     assert any("`exec` is `distributed`" in p.message for p in validate_text(bad_exec))
 
 
-def test_check_hints_when_a_sequential_loop_would_race_if_made_parallel() -> None:
+def test_check_warns_when_a_sequential_loop_would_race_if_made_parallel() -> None:
     result = check_text(_loop("sequential", "{total: sum}", "{total: 1, seen: 2}"), "t.yaml")
-    races = [f for f in result.findings if f.code == "ctx-race-if-parallel"]
+    races = [f for f in result.warnings if f.code == "ctx-race-if-parallel"]
     assert [f.path for f in races] == ["workflow[0].tool[0].spec.policy.rules[0].else.then.set_ctx.seen"]
     assert "seen: sum" in races[0].message
 
