@@ -280,3 +280,30 @@ def test_migrate_is_canonical_by_default_and_writes_choose_with_sugar() -> None:
         "choose": [{"when": "{{ workload.flag }}", "do": [{"name": "maybe", "kind": "noop", "result": 2}]}],
     }
     assert "--sugar" in sugared.notes[0].message
+
+
+def test_the_schema_takes_sugar_named_and_labelled() -> None:
+    """Editors complete and flag both forms: `- name: x, choose: ...` and `- x: {choose: ...}`."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from noetl.dsl.schema import playbook_json_schema
+
+    validator = jsonschema.Draft202012Validator(playbook_json_schema())
+    branch = {"when": "{{ true }}", "do": [{"name": "a", "kind": "noop"}]}
+
+    def doc(item: dict[str, object]) -> dict[str, object]:
+        return {
+            "apiVersion": "noetl.io/v2",
+            "kind": "Playbook",
+            "metadata": {"name": "s"},
+            "workflow": [{"step": "start", "tool": [item]}],
+        }
+
+    for item in (
+        {"name": "route", "choose": [branch]},
+        {"route": {"choose": [branch]}},
+        {"pages": {"while": "{{ false }}", "do": [{"name": "f", "kind": "noop"}]}},
+    ):
+        errors = [e.message for e in validator.iter_errors(doc(item))]
+        assert errors == [], (item, errors)
+    bad = [e.message for e in validator.iter_errors(doc({"route": {"choose": [branch], "chose": 1}}))]
+    assert bad, "an unknown key in labelled sugar passes the schema"

@@ -214,8 +214,12 @@ Task = _union(template=False)
 TaskTemplate = _union(template=True)
 
 LabelledTask = Annotated[
-    dict[str, Task],
-    Field(min_length=1, max_length=1, description="`- label: {kind: ...}`: the key is the label."),
+    dict[str, "Task | Sugar"],
+    Field(
+        min_length=1,
+        max_length=1,
+        description="`- label: {kind: ...}` or `- label: {choose|while|until: ...}`: the key is the label.",
+    ),
 ]
 
 
@@ -240,7 +244,11 @@ class Choose(_Closed):
     """Sugar: an if/elif/else ladder, compiled to a dispatch task, one entry per branch and a merge
     point `<name>.end` (see `noetl compile`)."""
 
-    name: str = Field(min_length=1, description="Label; generated tasks: <name>, <name>.0, <name>.end.")
+    name: str | None = Field(
+        None,
+        min_length=1,
+        description="Label (or the key of `- label: {...}`); tasks: <name>, <name>.0, <name>.end.",
+    )
     desc: str | None = None
     choose: list[ChooseBranch | ChooseElse] = Field(min_length=1)
 
@@ -248,7 +256,11 @@ class Choose(_Closed):
 class While(_Closed):
     """Sugar: runs `do` again and again while the condition, tested before each round, is true."""
 
-    name: str = Field(min_length=1, description="Label; generated tasks: <name>, <name>.repeat, <name>.end.")
+    name: str | None = Field(
+        None,
+        min_length=1,
+        description="Label (or the key of `- label: {...}`); tasks: <name>, <name>.repeat, <name>.end.",
+    )
     desc: str | None = None
     while_: When = Field(alias="while", description="Tested before each round.")
     do: list[PipelineItem] = Field(min_length=1)
@@ -257,7 +269,11 @@ class While(_Closed):
 class Until(_Closed):
     """Sugar: runs `do`, then again until the condition, tested after each round, is true."""
 
-    name: str = Field(min_length=1, description="Label; generated tasks: <name>, <name>.test, <name>.end.")
+    name: str | None = Field(
+        None,
+        min_length=1,
+        description="Label (or the key of `- label: {...}`); tasks: <name>, <name>.test, <name>.end.",
+    )
     desc: str | None = None
     until: When = Field(description="Tested after each round (`_prev` is the round's last result).")
     do: list[PipelineItem] = Field(min_length=1)
