@@ -110,6 +110,11 @@ def event_subject(partition: int, execution_id: str, name: str) -> str:
     return f"noetl.events.{partition}.{execution_id}.{name}"
 
 
+def events_named(name: str) -> str:
+    """Every execution's events of one name (listings: requested, finished, waiting, ...)."""
+    return f"noetl.events.*.*.{name}"
+
+
 def execution_events_filter(execution_id: str) -> str:
     return f"noetl.events.*.{execution_id}.>"
 

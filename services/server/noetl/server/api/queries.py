@@ -20,10 +20,10 @@ from noetl.dsl.errors import brief
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events, read_messages
 
-REQUESTED_FILTER = "noetl.events.*.*.playbook.execution.requested"
-FINISHED_FILTER = "noetl.events.*.*.workflow.finished"
+REQUESTED_FILTER = s.events_named("playbook.execution.requested")
+FINISHED_FILTER = s.events_named("workflow.finished")
 # the events after which a running execution may wait for something outside it (SEMANTICS §17)
-OUTSIDE_FILTERS = ["noetl.events.*.*.step.waiting", "noetl.events.*.*.execution.paused"]
+OUTSIDE_FILTERS = [s.events_named("step.waiting"), s.events_named("execution.paused")]
 MAX_LIMIT = 1000
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
