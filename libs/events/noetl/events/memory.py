@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from noetl.events.port import (
@@ -48,8 +48,34 @@ class MemoryBus:
         self._kv: dict[str, _KeyValue] = {}
         self._objects: dict[str, _Objects] = {}
         self._changed = asyncio.Event()  # set on every store; readers that follow wait on it
+        self._subs: list[_Subscription] = []
+        self._delivering: set[asyncio.Task[None]] = set()
 
     # --- streams --------------------------------------------------------------------------
+
+    async def prepare(self, replicas: int | None = None) -> None:
+        """The deployment's streams as ``noetl.events.streams`` declares them for NATS."""
+        from nats.js.api import RetentionPolicy
+
+        from noetl.events.streams import stream_configs
+
+        for cfg in stream_configs(1):
+            await self.add_stream(
+                StreamConfig(
+                    cfg.name or "",
+                    tuple(cfg.subjects or ()),
+                    work_queue=cfg.retention == RetentionPolicy.WORK_QUEUE,
+                    duplicate_window=float(cfg.duplicate_window or 120.0),
+                )
+            )
+
+    async def subscribe(self, subject: str, cb: Callable[[Message], Awaitable[None]]) -> _Subscription:
+        sub = _Subscription(self, subject, cb)
+        self._subs.append(sub)
+        return sub
+
+    def outbox(self, *, ack_all: bool = False) -> _Outbox:
+        return _Outbox(self)
 
     async def add_stream(self, config: StreamConfig) -> None:
         if config.name in self._streams:
@@ -73,10 +99,15 @@ class MemoryBus:
             if known is not None and now - known[1] < stream.config.duplicate_window:
                 return PubAck(known[0], duplicate=True)
         stream.last_seq += 1
-        stream.messages[stream.last_seq] = Message(subject, bytes(data), stream.last_seq)
+        message = stream.messages[stream.last_seq] = Message(subject, bytes(data), stream.last_seq)
         if msg_id is not None:
             stream.seen[msg_id] = (stream.last_seq, now)
         self._wake()
+        for sub in self._subs:
+            if subject_matches(sub.subject, subject):
+                task = asyncio.create_task(sub.cb(message))  # as NATS: the publisher does not wait
+                self._delivering.add(task)
+                task.add_done_callback(self._delivering.discard)
         await asyncio.sleep(0)  # a publish is I/O: let others run, as they would on NATS
         return PubAck(stream.last_seq)
 
@@ -139,6 +170,28 @@ class MemoryBus:
 
     async def objects(self, bucket: str) -> _Objects:
         return self._objects.setdefault(bucket, _Objects())
+
+
+class _Subscription:
+    def __init__(self, bus: MemoryBus, subject: str, cb: Callable[[Message], Awaitable[None]]) -> None:
+        self.bus, self.subject, self.cb = bus, subject, cb
+
+    async def unsubscribe(self) -> None:
+        if self in self.bus._subs:
+            self.bus._subs.remove(self)
+
+
+class _Outbox:
+    """Every message is stored when sent: nothing is left to confirm."""
+
+    def __init__(self, bus: MemoryBus) -> None:
+        self.bus = bus
+
+    async def send(self, subject: str, data: bytes, msg_id: str, *, ack: bool = False) -> None:
+        await self.bus.publish(subject, data, msg_id=msg_id)
+
+    async def confirm(self) -> None:
+        return None
 
 
 @dataclass
@@ -220,6 +273,14 @@ class _Queue:
             p.due = self.bus.clock() + delay
         self.bus._wake()
 
+    async def close(self, *, nak: bool = True) -> None:
+        if nak:
+            now = self.bus.clock()
+            for p in self.state.values():
+                if p.out and not p.done:
+                    p.out, p.due = False, now
+            self.bus._wake()
+
     def extend(self, seq: int) -> None:
         p = self.state.get(seq)
         if p is not None and p.out:
@@ -272,6 +333,9 @@ class _KeyValue:
 
     async def keys(self, prefix: str = "") -> list[str]:
         return sorted(k for k in list(self.entries) if k.startswith(prefix) and self._live(k) is not None)
+
+    async def put_nowait(self, key: str, value: bytes) -> None:
+        self._write(key, value)
 
 
 @dataclass

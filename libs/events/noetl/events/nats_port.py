@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import nats.errors
@@ -34,6 +34,7 @@ from nats.js.errors import (
     ObjectNotFoundError,
 )
 
+from noetl.events.outbox import Outbox
 from noetl.events.port import (
     BusError,
     Entry,
@@ -45,7 +46,10 @@ from noetl.events.port import (
     RevisionMismatchError,
     StreamConfig,
 )
-from noetl.events.streams import ensure_kv, ensure_object_store
+from noetl.events.puller import Puller, ack_stored
+from noetl.events.retry import retrying
+from noetl.events.streams import ensure_all, ensure_consumer, ensure_kv, ensure_object_store
+from noetl.events.subjects import kv_subject
 
 
 class NatsBus:
@@ -158,21 +162,34 @@ class NatsBus:
         await self.js.purge_stream(stream, subject=subject)
 
     async def queue(self, config: QueueConfig) -> _NatsQueue:
+        """A durable pull consumer read through ``Puller``: a pull request is always waiting, so
+        a command reaches a free worker without a round trip (the hot path's floor)."""
         cfg = ConsumerConfig(
             durable_name=config.consumer,
             filter_subject=config.filter,
             ack_policy=AckPolicy.EXPLICIT,
             ack_wait=config.ack_wait,
             max_deliver=config.max_deliver,
+            max_ack_pending=-1,
         )
-        await self.js.add_consumer(config.stream, cfg)
-        sub = await self.js.pull_subscribe_bind(consumer=config.consumer, stream=config.stream)
-        return _NatsQueue(sub)
+        await retrying(lambda: ensure_consumer(self.js, config.stream, cfg), f"consumer {config.consumer}")
+        return _NatsQueue(await Puller(self.nc, config.stream, config.consumer).start())
+
+    async def prepare(self, replicas: int | None = None) -> None:
+        await ensure_all(self.js, replicas if replicas is not None else self.replicas)
+
+    async def subscribe(self, subject: str, cb: Callable[[Message], Awaitable[None]]) -> Any:
+        async def on_msg(m: Any) -> None:
+            await cb(Message(m.subject, m.data, 0))
+
+        return await self.nc.subscribe(subject, cb=on_msg)
+
+    def outbox(self, *, ack_all: bool = False) -> Outbox:
+        return Outbox(self.nc, ack_all=ack_all)
 
     async def kv(self, bucket: str, *, ttl: float | None = None, history: int = 1) -> _NatsKeyValue:
-        return _NatsKeyValue(
-            await ensure_kv(self.js, bucket, ttl=ttl, history=history, replicas=self.replicas)
-        )
+        kv = await ensure_kv(self.js, bucket, ttl=ttl, history=history, replicas=self.replicas)
+        return _NatsKeyValue(kv, self.nc, bucket)
 
     async def objects(self, bucket: str) -> _NatsObjects:
         return _NatsObjects(await ensure_object_store(self.js, bucket, replicas=self.replicas))
@@ -186,7 +203,8 @@ class _NatsDelivery:
         self.delivered = msg.metadata.num_delivered
 
     async def ack(self) -> None:
-        await self._msg.ack_sync()
+        """Acknowledged and confirmed (elections and reconnects waited out, ``ack_stored``)."""
+        await ack_stored(self._msg, f"acknowledging message {self.seq}")
 
     async def nak(self, delay: float = 0.0) -> None:
         await self._msg.nak(delay=delay or None)
@@ -199,20 +217,19 @@ class _NatsDelivery:
 
 
 class _NatsQueue:
-    def __init__(self, sub: Any) -> None:
-        self._sub = sub
+    def __init__(self, puller: Puller) -> None:
+        self._puller = puller
 
     async def fetch(self, batch: int, timeout: float) -> list[_NatsDelivery]:
-        try:
-            msgs = await self._sub.fetch(batch, timeout=max(timeout, 0.01))
-        except (TimeoutError, nats.errors.TimeoutError):
-            return []
-        return [_NatsDelivery(m) for m in msgs]
+        return [_NatsDelivery(m) for m in await self._puller.fetch(batch, wait=max(timeout, 0.01))]
+
+    async def close(self, *, nak: bool = True) -> None:
+        await self._puller.stop(nak=nak)
 
 
 class _NatsKeyValue:
-    def __init__(self, kv: Any) -> None:
-        self._kv = kv
+    def __init__(self, kv: Any, nc: NATS | None = None, bucket: str = "") -> None:
+        self._kv, self._nc, self._bucket = kv, nc, bucket
 
     async def get(self, key: str) -> Entry | None:
         try:
@@ -239,6 +256,11 @@ class _NatsKeyValue:
     async def delete(self, key: str) -> None:
         with contextlib.suppress(KeyNotFoundError):
             await self._kv.purge(key)  # every revision: a deleted value must not stay in history
+
+    async def put_nowait(self, key: str, value: bytes) -> None:
+        # a KV put is a publish to $KV.<bucket>.<key>; without a reply nobody waits for it
+        assert self._nc is not None
+        await self._nc.publish(kv_subject(self._bucket, key), value)
 
     async def keys(self, prefix: str = "") -> list[str]:
         try:

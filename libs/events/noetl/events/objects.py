@@ -16,7 +16,7 @@ from noetl.events import subjects as s
 from noetl.events.envelope import loads
 from noetl.events.refs import is_reference
 
-__all__ = ["is_reference", "resolve"]
+__all__ = ["is_reference", "resolve", "resolve_on"]
 
 
 async def resolve(js: JetStreamContext, ref: dict[str, Any]) -> Any:
@@ -24,7 +24,18 @@ async def resolve(js: JetStreamContext, ref: dict[str, Any]) -> Any:
     obs = await js.object_store(s.RESULTS_BUCKET)
     buf = io.BytesIO()
     await obs.get(ref["key"], writeinto=buf)
-    data = buf.getvalue()
+    return _checked(ref, buf.getvalue())
+
+
+async def resolve_on(bus: Any, ref: dict[str, Any]) -> Any:
+    """``resolve`` through a bus port (``noetl.events.port``)."""
+    data = await (await bus.objects(s.RESULTS_BUCKET)).get(ref["key"])
+    if data is None:
+        raise LookupError(f"object {ref['key']} is not in {s.RESULTS_BUCKET}")
+    return _checked(ref, data)
+
+
+def _checked(ref: dict[str, Any], data: bytes) -> Any:
     want = ref.get("checksum")
     if want and want != "sha256:" + hashlib.sha256(data).hexdigest():
         raise ValueError(f"object {ref['key']} does not match its checksum {want}")

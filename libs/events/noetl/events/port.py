@@ -23,7 +23,7 @@ What the operations promise (JetStream's own rules, kept by the twin):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -100,6 +100,22 @@ class Delivery(Protocol):
 class WorkQueue(Protocol):
     async def fetch(self, batch: int, timeout: float) -> list[Delivery]: ...
 
+    async def close(self, *, nak: bool = True) -> None:
+        """Stop fetching; ``nak``: what was handed out and not answered goes back at once."""
+        ...
+
+
+class EventOutbox(Protocol):
+    """Messages of one run, sent in order and confirmed stored together (``confirm``)."""
+
+    async def send(self, subject: str, data: bytes, msg_id: str, *, ack: bool = False) -> None: ...
+
+    async def confirm(self) -> None: ...
+
+
+class Subscription(Protocol):
+    async def unsubscribe(self) -> None: ...
+
 
 class KeyValue(Protocol):
     async def get(self, key: str) -> Entry | None: ...
@@ -114,6 +130,10 @@ class KeyValue(Protocol):
 
     async def keys(self, prefix: str = "") -> list[str]: ...
 
+    async def put_nowait(self, key: str, value: bytes) -> None:
+        """A put nobody waits for (a snapshot: one lost only means resuming from an earlier one)."""
+        ...
+
 
 class ObjectStore(Protocol):
     async def put(self, name: str, data: bytes) -> None: ...
@@ -122,7 +142,17 @@ class ObjectStore(Protocol):
 
 
 class Bus(Protocol):
+    async def prepare(self, replicas: int | None = None) -> None:
+        """Declare every stream and bucket of a deployment (``noetl.events.streams``)."""
+        ...
+
     async def add_stream(self, config: StreamConfig) -> None: ...
+
+    async def subscribe(self, subject: str, cb: Callable[[Message], Awaitable[None]]) -> Subscription:
+        """Every message published on ``subject`` from now on, stored or not (core NATS)."""
+        ...
+
+    def outbox(self, *, ack_all: bool = False) -> EventOutbox: ...
 
     async def publish(self, subject: str, data: bytes, *, msg_id: str | None = None) -> PubAck: ...
 

@@ -33,7 +33,16 @@ def token_id(token: str | None) -> str:
     return "token:" + hashlib.sha256(token.encode()).hexdigest()[:12]
 
 
-async def ensure_audit_stream(js: JetStreamContext, replicas: int | None = None) -> None:
+async def ensure_audit_stream(js: Any, replicas: int | None = None) -> None:
+    """``js``: a nats-py JetStream context, or a bus port (the in-memory twin declares the stream
+    by name and subjects; retention is NATS's business)."""
+    if hasattr(js, "add_stream") and hasattr(js, "outbox"):
+        from noetl.events.port import StreamConfig as PortStream
+
+        if not hasattr(js, "js"):  # not NATS: declare it in the twin
+            await js.add_stream(PortStream(AUDIT_STREAM, (AUDIT_FILTER,)))
+            return
+        js = js.js
     want = replicas_wanted(replicas)
     cfg = StreamConfig(
         name=AUDIT_STREAM,
@@ -73,9 +82,9 @@ async def record_credential_access(
         "parent_execution_id": parent_execution_id,
         "remote": remote,
     }
-    await js.publish(
-        CREDENTIALS_AUDIT_SUBJECT,
-        json.dumps(record).encode(),
-        headers={"Nats-Msg-Id": record["audit_id"]},
-    )
+    data = json.dumps(record).encode()
+    if hasattr(js, "outbox"):  # a bus port
+        await js.publish(CREDENTIALS_AUDIT_SUBJECT, data, msg_id=record["audit_id"])
+    else:
+        await js.publish(CREDENTIALS_AUDIT_SUBJECT, data, headers={"Nats-Msg-Id": record["audit_id"]})
     return record

@@ -10,23 +10,18 @@ either way, and a redelivered loop command skips the iterations whose terminal e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import TYPE_CHECKING, Any
-
-from nats.js.errors import KeyNotFoundError
 
 from noetl.dsl.cache import template_engine
 from noetl.dsl.model import Playbook, Step
 from noetl.dsl.specmerge import effective_step_spec
 from noetl.events import subjects as s
-from noetl.events.bus import read_messages
 from noetl.events.clock import utc_now
 from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.histogram import Histogram
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
-from noetl.events.objects import is_reference, resolve
-from noetl.events.outbox import Outbox
+from noetl.events.objects import is_reference, resolve_on
 from noetl.events.retry import retrying
 from noetl.worker.output import INLINE_OUTPUT_BYTES, TaskOutput
 from noetl.worker.pipeline import Pipeline, Snapshot
@@ -74,7 +69,7 @@ class CommandRun(_Command):
         self.partition = int(cmd.get("partition") or 0)
         limits = (effective_step_spec(playbook, step).get("policy") or {}).get("limits") or {}
         self.limit = int(limits.get("max_payload_bytes", 65_536))
-        self.outbox = outbox if outbox is not None else Outbox(worker.nc, ack_all=worker._ack_all)
+        self.outbox = outbox if outbox is not None else worker.bus.outbox(ack_all=worker._ack_all)
         self.key_base = f"{self.exec_id}/{self.run_id}/{self.index if self.index is not None else 's'}"
         # an iteration's task.started says which iteration (task.done shares its task_run_id): for
         # progress, `noetl events` and `noetl logs`; once per task run keeps the event bytes down
@@ -130,17 +125,17 @@ class CommandRun(_Command):
         if isinstance(ms, int | float):
             self.worker.task_durations.setdefault(status, Histogram()).observe(max(ms, 0) / 1000.0)
         outcome = dict(data)
-        js = self.worker.js
+        bus = self.worker.bus
         if "result" in outcome:
             outcome["result"] = await externalize(
-                js, self.masker.mask(outcome["result"]), f"{self.key_base}/{task.name}/{n}", self.limit
+                bus, self.masker.mask(outcome["result"]), f"{self.key_base}/{task.name}/{n}", self.limit
             )
         payload: dict[str, Any] = {"task": task.name, "outcome": outcome}
         text = output.render(self.masker.mask_text) if output is not None else ""
         if text:  # masked and capped; by reference when large, as results are
             payload.update(self.at)  # whose output it is, without reading task.started too
             payload["output"] = await externalize(
-                js, text, f"{self.key_base}/{task.name}/{n}/output", INLINE_OUTPUT_BYTES
+                bus, text, f"{self.key_base}/{task.name}/{n}/output", INLINE_OUTPUT_BYTES
             )
         await self.event(
             name,
@@ -153,19 +148,15 @@ class CommandRun(_Command):
         )
 
     async def checkpoint(self, snap: Snapshot) -> None:
-        if self.ikey is not None:  # a KV put is a publish to $KV.<bucket>.<key>
-            subject = s.kv_subject(s.ITER_BUCKET, self.ikey)
-            await self.worker.nc.publish(subject, dumps(self.masker.mask(snap.to_dict())))
+        if self.ikey is not None:  # not waited for: a lost one only means resuming from an earlier one
+            await self.worker.iter_kv.put_nowait(self.ikey, dumps(self.masker.mask(snap.to_dict())))
 
     async def _snapshot(self) -> Snapshot | None:
         if self.ikey is None:
             return None
         ikey = self.ikey
-        with contextlib.suppress(KeyNotFoundError):
-            e = await retrying(lambda: self.worker.iter_kv.get(ikey), "reading an iteration snapshot")
-            if e.value:
-                return Snapshot.from_dict(loads(e.value))
-        return None
+        e = await retrying(lambda: self.worker.iter_kv.get(ikey), "reading an iteration snapshot")
+        return Snapshot.from_dict(loads(e.value)) if e is not None and e.value else None
 
     async def run(self, redelivered: bool) -> bool:
         """Run the pipeline and publish the terminal event; True when it succeeded. Only a
@@ -195,8 +186,9 @@ class CommandRun(_Command):
             command_id=self.cid,
         )
         res = await self.worker._run_pipeline(self.exec_id, pipe, snapshot, self.cmd.get("iter"), self.run_id)
-        js = self.worker.js
-        result = await externalize(js, self.masker.mask(res.result), f"{self.key_base}/result", self.limit)
+        result = await externalize(
+            self.worker.bus, self.masker.mask(res.result), f"{self.key_base}/result", self.limit
+        )
         payload: dict[str, Any] = {"result": result}
         if res.ctx_patches:  # the fold reads a missing list as empty: no bytes for nothing
             payload["ctx_patches"] = self.masker.mask(res.ctx_patches)
@@ -210,7 +202,7 @@ class SharedOutbox:
     """An outbox the concurrent iterations of one local loop share: a send and a confirmation
     never interleave, so a confirmation never forgets a message sent while it waited."""
 
-    def __init__(self, outbox: Outbox) -> None:
+    def __init__(self, outbox: Any) -> None:
         self._outbox = outbox
         self._lock = asyncio.Lock()
 
@@ -246,14 +238,15 @@ class LocalLoop(_Command):
             s.execution_event_filter(exec_id, n) for n in ("loop.iteration.done", "loop.iteration.failed")
         ]
         msgs = await retrying(
-            lambda: read_messages(self.worker.js, s.EVENTS_STREAM, filters), "reading ended iterations"
+            lambda: self.worker.bus.read(s.EVENTS_STREAM, filters), "reading ended iterations"
         )
-        return {
-            int(e["payload"]["index"])
-            for _, e in msgs
-            if isinstance(e, dict) and e.get("step_run_id") == run_id
-            and isinstance((e.get("payload") or {}).get("index"), int)
-        }
+        ended: set[int] = set()
+        for m in msgs:
+            e = loads(m.data)
+            index = (e.get("payload") or {}).get("index") if isinstance(e, dict) else None
+            if isinstance(index, int) and e.get("step_run_id") == run_id:
+                ended.add(index)
+        return ended
 
     def _stop_starting(self, failed: bool) -> bool:
         """No new iteration after a fail_fast failure, a cancel, or the server stopping the run."""
@@ -268,12 +261,12 @@ class LocalLoop(_Command):
         items = self.local["items"]
         if is_reference(items):
             ref = items
-            items = await retrying(lambda: resolve(self.worker.js, ref), "reading loop items")
+            items = await retrying(lambda: resolve_on(self.worker.bus, ref), "reading loop items")
         ended = await self._ended() if redelivered else set()
         slots = asyncio.Semaphore(max(1, int(self.local.get("max_in_flight") or 1)))
         # one outbox for every iteration, confirmed every 64 plain messages and at the end: an
         # iteration lost to a crash before its confirmation runs again at the redelivery
-        outbox = SharedOutbox(Outbox(self.worker.nc, ack_all=self.worker._ack_all))
+        outbox = SharedOutbox(self.worker.bus.outbox(ack_all=self.worker._ack_all))
         running: set[asyncio.Task[None]] = set()
         failed = False
         errors: list[Exception] = []
@@ -318,7 +311,7 @@ class LocalLoop(_Command):
         items = self.local["items"]
         if is_reference(items):
             ref = items
-            items = await retrying(lambda: resolve(self.worker.js, ref), "reading loop items")
+            items = await retrying(lambda: resolve_on(self.worker.bus, ref), "reading loop items")
         if not items:
             return
         first = self._iteration(0, items[0])
@@ -344,6 +337,6 @@ class LocalLoop(_Command):
             trace_id=cmd.get("trace_id"),
         )
         subject = s.event_subject(int(cmd.get("partition") or 0), exec_id, "loop.local.stopped")
-        outbox = Outbox(self.worker.nc, ack_all=self.worker._ack_all)
+        outbox = self.worker.bus.outbox(ack_all=self.worker._ack_all)
         await outbox.send(subject, dumps(ev), ev["event_id"], ack=True)
         await retrying(outbox.confirm, f"storing the end of local loop {cmd['command_id']}")

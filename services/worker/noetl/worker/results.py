@@ -9,20 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from nats.js import JetStreamContext
-
 from noetl.events import subjects as s
 from noetl.events.envelope import dumps
-from noetl.events.objects import resolve
+from noetl.events.objects import resolve, resolve_on
 from noetl.events.refs import is_reference, make_reference
 from noetl.events.retry import retrying
 
-__all__ = ["externalize", "is_reference", "resolve"]
+__all__ = ["externalize", "is_reference", "resolve", "resolve_on"]
 
 DEFAULT_LIMIT = 65_536
 
 
-async def externalize(js: JetStreamContext, value: Any, key: str, limit: int = DEFAULT_LIMIT) -> Any:
+async def externalize(bus: Any, value: Any, key: str, limit: int = DEFAULT_LIMIT) -> Any:
+    """``bus``: the bus port (``noetl.events.port``) whose ``noetl_results`` store takes it."""
     if value is None or isinstance(value, (bool, int, float)) or is_reference(value):
         return value
     data = dumps(value)
@@ -30,7 +29,7 @@ async def externalize(js: JetStreamContext, value: Any, key: str, limit: int = D
         return value
 
     async def store() -> None:
-        obs = await js.object_store(s.RESULTS_BUCKET)
+        obs = await bus.objects(s.RESULTS_BUCKET)
         await obs.put(key, data)
 
     await retrying(store, f"storing result {key}")  # the same key again: the object is replaced whole

@@ -22,9 +22,6 @@ import socket
 import uuid
 from typing import Any
 
-from nats.aio.client import Client as NATS
-from nats.js.api import AckPolicy, ConsumerConfig
-
 from noetl.dsl.cache import parse_playbook
 from noetl.dsl.errors import (
     AbortedError,
@@ -42,10 +39,9 @@ from noetl.events.envelope import WireError, decode_command, dumps, loads, make_
 from noetl.events.histogram import Histogram
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
-from noetl.events.outbox import Outbox
-from noetl.events.puller import Puller, ack_stored, delivered
+from noetl.events.port import QueueConfig
 from noetl.events.retry import is_transient, retrying
-from noetl.events.streams import ensure_all, ensure_consumer, replicated
+from noetl.events.streams import replicated
 from noetl.host import logs
 from noetl.store.audit import ensure_audit_stream, record_credential_access
 from noetl.store.catalog import Catalog
@@ -69,7 +65,7 @@ _NO_SECRETS = Masker()  # a playbook without a keychain masks nothing: no masker
 class Worker:
     def __init__(
         self,
-        nc: NATS,
+        nc: Any,
         *,
         pool: str = s.DEFAULT_POOL,
         concurrency: int = 16,
@@ -78,7 +74,15 @@ class Worker:
     ) -> None:
         if problem := pool_problem(pool):
             raise DeploymentError(f"--pool: {problem}")
-        self.nc, self.js = nc, nc.jetstream()
+        # a bus port (noetl.events.port): NATS, or the in-memory twin of behaviour tests
+        if hasattr(nc, "queue") and hasattr(nc, "outbox"):
+            self.bus: Any = nc
+            nc = getattr(nc, "nc", None)
+        else:
+            from noetl.events.nats_port import NatsBus
+
+            self.bus = NatsBus(nc, replicas=replicas)
+        self.nc, self.js = nc, (nc.jetstream() if nc is not None else None)
         self.replicas = replicas
         self._ack_all = replicated(replicas)  # see Outbox: every event acked on replicated streams
         self.pool, self.concurrency = pool, concurrency
@@ -91,7 +95,7 @@ class Worker:
         self._leasing = True  # until stop() has drained the running commands
         self._stopping = asyncio.Event()
         self._playbooks: dict[str, Playbook] = {}
-        self.services: dict[str, Any] = {"js": self.js, "nc": nc}
+        self.services: dict[str, Any] = {"js": self.js, "nc": nc, "bus": self.bus}
         self.completed = 0
         # task run durations by outcome status, reported with the runtime heartbeat (/metrics)
         self.task_durations: dict[str, Histogram] = {}
@@ -107,21 +111,20 @@ class Worker:
         self._stop_sub: Any = None
 
     async def start(self) -> None:
-        await ensure_all(self.js, self.replicas)  # waits out a cluster still electing its leaders
+        bus = self.bus
+        await bus.prepare(self.replicas)  # waits out a cluster still electing its leaders
         if self.credentials is None:
             from noetl.store.credentials import CredentialStore
 
-            self.credentials = await retrying(
-                lambda: CredentialStore.open(self.js, None), "opening credentials"
-            )
-        self.catalog = await retrying(lambda: Catalog.open(self.js), "opening the catalog")
-        await retrying(lambda: ensure_audit_stream(self.js, self.replicas), "audit stream")
-        self.iter_kv = await retrying(lambda: self.js.key_value(s.ITER_BUCKET), "opening noetl_iter")
+            self.credentials = await retrying(lambda: CredentialStore.open(bus, None), "opening credentials")
+        self.catalog = await retrying(lambda: Catalog.open(bus), "opening the catalog")
+        await retrying(lambda: ensure_audit_stream(bus, self.replicas), "audit stream")
+        self.iter_kv = await retrying(lambda: bus.kv(s.ITER_BUCKET), "opening noetl_iter")
         self.services["catalog"] = self.catalog
         import noetl.worker.tools  # noqa: F401  (registers the kinds)
 
-        self._cancel_sub = await self.nc.subscribe(s.CANCEL_EVENTS_FILTER, cb=self._on_cancel)
-        self._stop_sub = await self.nc.subscribe(s.STEP_CANCELLED_FILTER, cb=self._on_step_cancelled)
+        self._cancel_sub = await bus.subscribe(s.CANCEL_EVENTS_FILTER, self._on_cancel)
+        self._stop_sub = await bus.subscribe(s.STEP_CANCELLED_FILTER, self._on_step_cancelled)
         self._lease_task = asyncio.create_task(self._lease_loop(), name=f"noetl-leases-{self.pool}")
         self._loop_task = asyncio.create_task(self._pull_loop(), name=f"noetl-worker-{self.pool}")
 
@@ -151,28 +154,25 @@ class Worker:
             await close_all()
 
     async def _pull_loop(self) -> None:
-        durable = s.worker_consumer(self.pool)
-        config = ConsumerConfig(
-            durable_name=durable,
-            filter_subject=s.command_subject(self.pool),
-            ack_policy=AckPolicy.EXPLICIT,
+        config = QueueConfig(
+            s.COMMANDS_STREAM,
+            s.worker_consumer(self.pool),
+            s.command_subject(self.pool),
             ack_wait=ACK_WAIT,
             max_deliver=-1,
-            max_ack_pending=-1,
         )
-        await retrying(lambda: ensure_consumer(self.js, s.COMMANDS_STREAM, config), "command consumer")
-        puller = await Puller(self.nc, s.COMMANDS_STREAM, durable).start()
+        queue = await self.bus.queue(config)
         try:
-            await self._pull(puller)
+            await self._pull(queue)
         finally:
-            await puller.stop(nak=True)  # commands delivered and not started: back to the pool now
+            await queue.close(nak=True)  # commands delivered and not started: back to the pool now
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
         if self._slot_freed is not None and not self._slot_freed.done():
             self._slot_freed.set_result(None)
 
-    async def _pull(self, puller: Puller) -> None:
+    async def _pull(self, queue: Any) -> None:
         while not self._stopping.is_set():
             free = self.concurrency - len(self._running)
             if free <= 0:
@@ -180,7 +180,7 @@ class Worker:
                 await self._slot_freed
                 continue
             try:
-                msgs = await puller.fetch(min(free, 64), wait=1.0)
+                msgs = await queue.fetch(min(free, 64), 1.0)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
@@ -242,12 +242,12 @@ class Worker:
                     log.error("dropped a malformed command on %s: %s", msg.subject, e)
                     await msg.term()
                 return
-            if delivered(msg) >= MAX_DELIVER and MAX_DELIVER > 1:
-                await self._worker_lost(cmd, delivered(msg))
+            if msg.delivered >= MAX_DELIVER and MAX_DELIVER > 1:
+                await self._worker_lost(cmd, msg.delivered)
             else:
                 await self._run_command(cmd, msg)
             # the terminal event is stored: only now may the command leave the work queue
-            await ack_stored(msg, f"acknowledging command {cmd.get('command_id')}")
+            await msg.ack()
             self.completed += 1
         except asyncio.CancelledError:
             raise
@@ -313,7 +313,7 @@ class Worker:
             trace_id=cmd.get("trace_id"),
         )
         subject = s.event_subject(int(cmd.get("partition") or 0), exec_id, name)
-        outbox = outbox or Outbox(self.nc, ack_all=self._ack_all)
+        outbox = outbox or self.bus.outbox(ack_all=self._ack_all)
         if not confirm:
             await outbox.send(subject, dumps(ev), ev["event_id"])
             return
@@ -351,7 +351,7 @@ class Worker:
             if got is not None:
                 await retrying(
                     lambda e=entry, g=got: record_credential_access(
-                        self.js,
+                        self.bus,
                         action="credential.use",
                         credential=e.name,
                         who=f"worker:{self.worker_id}",
@@ -421,7 +421,7 @@ class Worker:
             return
         masker = Masker(keychain, kinds=kinds) if keychain else _NO_SECRETS
         runner = LocalLoop if "local" in cmd else CommandRun
-        await runner(self, cmd, playbook, step, keychain, masker).run(delivered(msg) > 1)
+        await runner(self, cmd, playbook, step, keychain, masker).run(msg.delivered > 1)
 
     async def _fail(
         self, cmd: dict[str, Any], error: dict[str, Any], playbook: Playbook | None = None, step: Any = None
