@@ -46,6 +46,15 @@ def _eid(request: Request) -> tuple[str, Response | None]:
     return eid, None
 
 
+async def _target(request: Request) -> tuple[str, dict[str, Any], Response | None]:
+    """The execution a signal or pause is for, and the request's body; or the refusal of either."""
+    eid, bad = _eid(request)
+    if bad:
+        return eid, {}, bad
+    body, bad = await _body(request)
+    return eid, body, bad
+
+
 async def post_signal(request: Request) -> Response:
     """
     ---
@@ -63,10 +72,7 @@ async def post_signal(request: Request) -> Response:
       404: {description: no such execution}
       409: {description: the execution has finished}
     """
-    eid, bad = _eid(request)
-    if bad:
-        return bad
-    body, bad = await _body(request)
+    eid, body, bad = await _target(request)
     if bad:
         return bad
     name = request.path_params["name"]
@@ -88,10 +94,7 @@ async def post_pause(request: Request) -> Response:
       404: {description: no such execution}
       409: {description: the execution has finished}
     """
-    eid, bad = _eid(request)
-    if bad:
-        return bad
-    body, bad = await _body(request)
+    eid, body, bad = await _target(request)
     if bad:
         return bad
     reason = body.get("reason")
