@@ -231,9 +231,7 @@ class _Queue:
             if not subject_matches(self.config.filter, m.subject):
                 continue
             p = self.state.setdefault(seq, _Pending())
-            if p.done or now < p.due:
-                continue
-            if p.out and now < p.due:
+            if p.done or now < p.due:  # answered, or out / naked until its due time
                 continue
             if self.config.max_deliver >= 0 and p.delivered >= self.config.max_deliver:
                 continue

@@ -52,6 +52,17 @@ from noetl.events.streams import ensure_all, ensure_consumer, ensure_kv, ensure_
 from noetl.events.subjects import kv_subject
 
 
+def as_bus(conn: Any, *, replicas: int | None = None) -> Any:
+    """The bus port (``noetl.events.port``) of what a caller holds: a bus as it is (``NatsBus``
+    or the in-memory twin), a nats-py connection or JetStream context wrapped in a ``NatsBus``.
+    The one place that tells them apart, so services and stores accept either."""
+    if hasattr(conn, "queue") and hasattr(conn, "outbox"):
+        return conn
+    if isinstance(conn, JetStreamContext):
+        return NatsBus.of(conn, replicas=replicas)
+    return NatsBus(conn, replicas=replicas)
+
+
 class NatsBus:
     """``replicas``: copies of the buckets this bus creates (``NOETL_REPLICAS`` when None)."""
 

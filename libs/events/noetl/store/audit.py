@@ -18,6 +18,8 @@ from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
 from noetl.events.clock import utc_now
+from noetl.events.nats_port import NatsBus, as_bus
+from noetl.events.port import StreamConfig as PortStream
 from noetl.events.streams import ensure_stream, replicas_wanted
 
 AUDIT_STREAM = "NOETL_AUDIT"
@@ -36,13 +38,11 @@ def token_id(token: str | None) -> str:
 async def ensure_audit_stream(js: Any, replicas: int | None = None) -> None:
     """``js``: a nats-py JetStream context, or a bus port (the in-memory twin declares the stream
     by name and subjects; retention is NATS's business)."""
-    if hasattr(js, "add_stream") and hasattr(js, "outbox"):
-        from noetl.events.port import StreamConfig as PortStream
-
-        if not hasattr(js, "js"):  # not NATS: declare it in the twin
-            await js.add_stream(PortStream(AUDIT_STREAM, (AUDIT_FILTER,)))
-            return
-        js = js.js
+    bus = as_bus(js)
+    if not isinstance(bus, NatsBus):  # the twin: the stream by name and subjects
+        await bus.add_stream(PortStream(AUDIT_STREAM, (AUDIT_FILTER,)))
+        return
+    js = bus.js
     want = replicas_wanted(replicas)
     cfg = StreamConfig(
         name=AUDIT_STREAM,
@@ -83,8 +83,5 @@ async def record_credential_access(
         "remote": remote,
     }
     data = json.dumps(record).encode()
-    if hasattr(js, "outbox"):  # a bus port
-        await js.publish(CREDENTIALS_AUDIT_SUBJECT, data, msg_id=record["audit_id"])
-    else:
-        await js.publish(CREDENTIALS_AUDIT_SUBJECT, data, headers={"Nats-Msg-Id": record["audit_id"]})
+    await as_bus(js).publish(CREDENTIALS_AUDIT_SUBJECT, data, msg_id=record["audit_id"])
     return record

@@ -17,6 +17,7 @@ from typing import Any
 from noetl.dsl import load_playbook
 from noetl.dsl.cache import digest_of
 from noetl.events import subjects as s
+from noetl.events.nats_port import as_bus
 from noetl.events.port import Bus, KeyValue, ObjectStore
 
 # The body of one JetStream message (a KV value, an event), leaving room in NATS's 1 MiB limit
@@ -35,10 +36,7 @@ class Catalog:
     @classmethod
     async def open(cls, bus: Any) -> Catalog:
         """``bus``: a ``Bus``, or a nats-py JetStream context (wrapped in a ``NatsBus``)."""
-        if not hasattr(bus, "objects"):
-            from noetl.events.nats_port import NatsBus
-
-            bus = NatsBus.of(bus)
+        bus = as_bus(bus)
         return cls(await bus.kv(s.CATALOG_BUCKET), bus)
 
     async def _object_store(self) -> ObjectStore:

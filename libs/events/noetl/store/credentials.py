@@ -117,11 +117,9 @@ class CredentialStore:
         """Open the bucket, creating it when missing; the key as described in the module doc.
         ``bus``: a bus port (``noetl.events.port``) or a nats-py JetStream context."""
         cipher = _cipher(key)
-        if not hasattr(bus, "objects"):
-            from noetl.events.nats_port import NatsBus
+        from noetl.events.nats_port import as_bus
 
-            bus = NatsBus.of(bus)
-        return cls(await bus.kv(BUCKET, history=5), cipher)
+        return cls(await as_bus(bus).kv(BUCKET, history=5), cipher)
 
     @property
     def can_decrypt(self) -> bool:

@@ -223,6 +223,14 @@ class LocalLoop(_Command):
     def local(self) -> dict[str, Any]:
         return self.cmd["local"]  # type: ignore[no-any-return]
 
+    async def _items(self) -> list[Any]:
+        """The loop's items: in the command, or by reference when they were large."""
+        items: Any = self.local["items"]
+        if not is_reference(items):
+            return items  # type: ignore[no-any-return]
+        ref = items
+        return await retrying(lambda: resolve_on(self.worker.bus, ref), "reading loop items")  # type: ignore[no-any-return]
+
     def _iteration(self, i: int, item: Any) -> dict[str, Any]:
         iter_: dict[str, Any] = {self.local["iterator"]: item, "index": i}
         if self.local.get("parent") is not None:
@@ -258,10 +266,7 @@ class LocalLoop(_Command):
         )
 
     async def run(self, redelivered: bool) -> None:
-        items = self.local["items"]
-        if is_reference(items):
-            ref = items
-            items = await retrying(lambda: resolve_on(self.worker.bus, ref), "reading loop items")
+        items = await self._items()
         ended = await self._ended() if redelivered else set()
         slots = asyncio.Semaphore(max(1, int(self.local.get("max_in_flight") or 1)))
         # one outbox for every iteration, confirmed every 64 plain messages and at the end: an
@@ -308,10 +313,7 @@ class LocalLoop(_Command):
     async def fail(self, error: dict[str, Any]) -> None:
         """The loop cannot run here at all (its credentials, a command delivered too often): the
         first iteration fails with the reason and the others are reported as never started."""
-        items = self.local["items"]
-        if is_reference(items):
-            ref = items
-            items = await retrying(lambda: resolve_on(self.worker.bus, ref), "reading loop items")
+        items = await self._items()
         if not items:
             return
         first = self._iteration(0, items[0])

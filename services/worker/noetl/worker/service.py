@@ -39,6 +39,7 @@ from noetl.events.envelope import WireError, decode_command, dumps, loads, make_
 from noetl.events.histogram import Histogram
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
+from noetl.events.nats_port import as_bus
 from noetl.events.port import QueueConfig
 from noetl.events.retry import is_transient, retrying
 from noetl.events.streams import replicated
@@ -75,13 +76,8 @@ class Worker:
         if problem := pool_problem(pool):
             raise DeploymentError(f"--pool: {problem}")
         # a bus port (noetl.events.port): NATS, or the in-memory twin of behaviour tests
-        if hasattr(nc, "queue") and hasattr(nc, "outbox"):
-            self.bus: Any = nc
-            nc = getattr(nc, "nc", None)
-        else:
-            from noetl.events.nats_port import NatsBus
-
-            self.bus = NatsBus(nc, replicas=replicas)
+        self.bus: Any = as_bus(nc, replicas=replicas)
+        nc = getattr(self.bus, "nc", None)
         self.nc, self.js = nc, (nc.jetstream() if nc is not None else None)
         self.replicas = replicas
         self._ack_all = replicated(replicas)  # see Outbox: every event acked on replicated streams
