@@ -1,5 +1,7 @@
 """Playbooks the console is shown with: by the browser tests and by scripts/console_screenshots.py."""
 
+from tests.playbooks import approval
+
 HOLD = """
 apiVersion: noetl.io/v2
 kind: Playbook
@@ -179,24 +181,4 @@ workflow:
       result: "{{ args }}"
 """
 
-APPROVAL = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: console_approval
-  path: tests/console/approval
-  description: a person approves the shipment (or not) from the console
-workflow:
-  - step: start
-    next: {arcs: [{step: approve}]}
-  - step: approve
-    spec: {policy: {lifecycle: {await: {signal: approval, timeout_s: 3600}}}}
-    next:
-      arcs:
-        - {step: ship, when: "{{ event.name == 'step.done' and event.result.approved }}"}
-        - {step: reject}
-  - step: ship
-    tool: {kind: noop, result: shipped}
-  - step: reject
-    tool: {kind: noop, result: rejected}
-"""
+APPROVAL = approval("tests/console/approval", timeout_s=3600, name="console_approval")

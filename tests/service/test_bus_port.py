@@ -21,6 +21,7 @@ from noetl.events.port import (
     KeyExistsError,
     NoStreamError,
     QueueConfig,
+    RefusedError,
     RevisionMismatchError,
     StreamConfig,
     subject_matches,
@@ -174,3 +175,76 @@ async def test_object_store_round_trip(bus: Any) -> None:
     await store.put("exec/1/result", data)
     assert await store.get("exec/1/result") == data
     assert await store.get("exec/1/none") is None
+
+
+async def test_headers_travel_with_a_message_to_every_reader(bus: Any) -> None:
+    stream, prefix = _names()
+    await bus.add_stream(StreamConfig(stream, (f"{prefix}.>",)))
+    await bus.publish(f"{prefix}.a", b"1", msg_id="one", headers={"X-Why": "test"})
+    (read,) = await bus.read(stream, [f"{prefix}.>"])
+    last = await bus.last(stream, f"{prefix}.a")
+    assert read.msg_id == "one" and (read.headers or {}).get("X-Why") == "test"
+    assert last is not None and last.msg_id == "one" and read.stamp > 0
+    qstream, qprefix = _names()
+    await bus.add_stream(StreamConfig(qstream, (f"{qprefix}.>",), work_queue=True))
+    await bus.publish(f"{qprefix}.cmd", b"c", msg_id="cmd-1")
+    (d,) = await (await bus.queue(QueueConfig(qstream, f"c{qprefix}", f"{qprefix}.>"))).fetch(1, 2.0)
+    assert d.msg_id == "cmd-1" and d.stamp > 0
+    await d.ack()
+
+
+async def test_a_reader_hands_over_in_order_from_where_it_starts(bus: Any) -> None:
+    stream, prefix = _names()
+    await bus.add_stream(StreamConfig(stream, (f"{prefix}.>",)))
+    for i in range(5):
+        await bus.publish(f"{prefix}.{'in' if i % 2 == 0 else 'out'}", str(i).encode())
+    reader = await bus.reader(stream, [f"{prefix}.in"], start_seq=2)
+    try:
+        got = await reader.fetch(10, 2.0)
+        assert [m.data for m in got] == [b"2", b"4"] and [m.seq for m in got] == [3, 5]
+        assert await reader.fetch(10, 0.1) == []
+        await bus.publish(f"{prefix}.in", b"5")
+        assert [m.data for m in await reader.fetch(10, 2.0)] == [b"5"]
+    finally:
+        await reader.close()
+
+
+async def test_a_delete_with_a_revision_only_removes_that_revision(bus: Any) -> None:
+    _, prefix = _names()
+    kv = await bus.kv(f"del{prefix}")
+    first = await kv.create("p0", b"me")
+    second = await kv.update("p0", b"me again", last=first)
+    with pytest.raises(RevisionMismatchError):  # another writer has renewed it since
+        await kv.delete("p0", last=first)
+    assert (await kv.get("p0")) is not None
+    await kv.delete("p0", last=second)
+    assert await kv.get("p0") is None and await kv.keys() == []
+
+
+async def test_a_bucket_takes_the_ttl_it_is_opened_with(bus: Any) -> None:
+    _, prefix = _names()
+    kv = await bus.kv(f"ttl{prefix}", ttl=5.0)
+    assert await kv.ttl() == pytest.approx(5.0)
+    again = await bus.kv(f"ttl{prefix}", ttl=3.0)  # a changed setting reaches the existing bucket
+    assert await again.ttl() == pytest.approx(3.0) and await kv.ttl() == pytest.approx(3.0)
+
+
+async def test_a_message_over_max_payload_is_refused_for_good(bus: Any) -> None:
+    stream, prefix = _names()
+    await bus.add_stream(StreamConfig(stream, (f"{prefix}.>",)))
+    big = b"x" * (8 * 1024 * 1024 + 1)  # over any nats-server's max_payload (8 MiB at most)
+    with pytest.raises(RefusedError):
+        await bus.publish(f"{prefix}.big", big)
+    box = bus.outbox()
+    with pytest.raises(RefusedError):
+        await box.send(f"{prefix}.big", big, "big-1", ack=True)
+        await box.confirm()
+
+
+async def test_a_key_pattern_purge_removes_only_matching_keys(bus: Any) -> None:
+    _, prefix = _names()
+    kv = await bus.kv(f"iter{prefix}")
+    for key in ("e1.r1.0", "e1.r1.1", "e1.r2.0", "e2.r1.0"):
+        await kv.put(key, b"snapshot")
+    await kv.purge("e1.r1.*")
+    assert await kv.keys() == ["e1.r2.0", "e2.r1.0"]

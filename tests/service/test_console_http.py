@@ -15,6 +15,7 @@ from noetl.server.api import ApiServer
 from noetl.server.api.auth import session_value
 from noetl.server.service import Server
 from noetl.store.credentials import CredentialStore, generate_key
+from tests.playbooks import approval
 
 TOKEN, ADMIN = "user-" + uuid.uuid4().hex, "admin-" + uuid.uuid4().hex
 
@@ -159,24 +160,7 @@ async def test_an_execution_page_shows_what_its_tasks_printed(nc: Any, api: ApiS
     assert "Output of talk" in page.text and "hello from the task &lt;b&gt;" in page.text, page.text[-2000:]
 
 
-APPROVAL = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: approval, path: tests/console_http/approval}
-workflow:
-  - step: start
-    next: {arcs: [{step: approve}]}
-  - step: approve
-    spec: {policy: {lifecycle: {await: {signal: approval, timeout_s: 60}}}}
-    next:
-      arcs:
-        - {step: ship, when: "{{ event.name == 'step.done' and event.result.approved }}"}
-        - {step: reject}
-  - step: ship
-    tool: {kind: noop, result: shipped}
-  - step: reject
-    tool: {kind: noop, result: rejected}
-"""
+APPROVAL = approval("tests/console_http/approval")
 
 
 async def _until(what: Any, timeout: float = 15.0) -> Any:

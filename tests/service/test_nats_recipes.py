@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from noetl.client.run import run_and_wait, wait_finished
+from noetl.client.run import Awaited, run_and_wait, wait_finished
 from noetl.events import subjects as s
 from noetl.events.ids import execution_id_for
 from noetl.server.service import Server
@@ -157,7 +157,7 @@ async def test_nats_pub_request_runs_once_per_request_id(nc, services) -> None: 
     body = json.dumps({"request_id": request_id, "path": "examples/hello", "payload": {"names": ["Ada"]}})
     # the sender knows the execution id before anything runs
     eid = execution_id_for(request_id)
-    processed = await nc.subscribe(s.execution_event_filter(eid, "playbook.processed"))
+    processed = await Awaited.open(nc, eid)  # before the publish: a fast end is not missed
     live = await nc.subscribe(f"noetl.events.*.{eid}.>")  # `nats sub 'noetl.events.*.<id>.>'`
 
     # `nats pub noetl.requests.execute '{...}' -H Nats-Msg-Id:<request_id>`
@@ -174,7 +174,7 @@ async def test_nats_pub_request_runs_once_per_request_id(nc, services) -> None: 
     # a plain core publish without the header (what `nats pub` does by default) is stored too
     second_id = f"r-{uuid.uuid4().hex}"
     second = execution_id_for(second_id)
-    processed = await nc.subscribe(s.execution_event_filter(second, "playbook.processed"))
+    processed = await Awaited.open(nc, second)
     await nc.publish(
         "noetl.requests.execute", json.dumps({"request_id": second_id, "path": "examples/hello"}).encode()
     )

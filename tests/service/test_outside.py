@@ -24,28 +24,12 @@ from noetl.server.api.queries import execution_status
 from noetl.server.service import Server
 from noetl.store.credentials import CredentialStore, generate_key
 from noetl.worker.service import Worker
+from tests.playbooks import approval
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "user-" + uuid.uuid4().hex
 
-APPROVAL = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: approval, path: tests/outside/approval}
-workflow:
-  - step: start
-    next: {arcs: [{step: approve}]}
-  - step: approve
-    spec: {policy: {lifecycle: {await: {signal: approval, timeout_s: 60}}}}
-    next:
-      arcs:
-        - {step: ship, when: "{{ event.name == 'step.done' and event.result.approved }}"}
-        - {step: reject}
-  - step: ship
-    tool: {kind: noop, result: shipped}
-  - step: reject
-    tool: {kind: noop, result: rejected}
-"""
+APPROVAL = approval("tests/outside/approval")
 
 TIMEOUT = """
 apiVersion: noetl.io/v2

@@ -13,9 +13,6 @@ import asyncio
 import uuid
 from typing import Any
 
-from nats.aio.client import Client as NATS
-from nats.js.errors import NotFoundError
-
 from noetl.dsl.errors import (
     ExecutionFinishedError,
     NoSuchEntityError,
@@ -24,127 +21,164 @@ from noetl.dsl.errors import (
 )
 from noetl.dsl.names import execution_id_problem, request_id_problem, signal_name_problem
 from noetl.events import subjects as s
-from noetl.events.bus import read_execution_events, read_messages
-from noetl.events.envelope import dumps
+from noetl.events.envelope import dumps, loads
 from noetl.events.ids import execution_id_for
+from noetl.events.nats_port import as_bus
 from noetl.events.objects import is_reference, resolve
 
 
-async def submit(js: Any, request: dict[str, Any]) -> str:
+async def submit(conn: Any, request: dict[str, Any]) -> str:
     """Publish an execution request; the same ``request_id`` twice is one execution. Returns the
-    execution id, derived from the request id unless the request names one."""
-    await js.publish(s.REQUEST_SUBJECT, dumps(request), headers={"Nats-Msg-Id": request["request_id"]})
+    execution id, derived from the request id unless the request names one. ``conn``: a bus port,
+    or a nats-py connection or JetStream context (``as_bus``), as for every function here."""
+    await as_bus(conn).publish(s.REQUEST_SUBJECT, dumps(request), msg_id=request["request_id"])
     return str(request.get("execution_id") or execution_id_for(request["request_id"]))
 
 
-async def cancel(js: Any, execution_id: str, reason: str | None = None) -> dict[str, Any] | None:
+async def _recorded(bus: Any, execution_id: str) -> bool:
+    requested = s.execution_event_filter(execution_id, "playbook.execution.requested")
+    return await bus.last(s.EVENTS_STREAM, requested) is not None
+
+
+async def cancel(conn: Any, execution_id: str, reason: str | None = None) -> dict[str, Any] | None:
     """Publish the cancel request; one id per execution, so repeated cancels are one request.
     None, and nothing published, for an execution that was never requested: a cancel must not
     make a phantom execution appear."""
-    try:
-        await js.get_last_msg(
-            s.EVENTS_STREAM, s.execution_event_filter(execution_id, "playbook.execution.requested")
-        )
-    except NotFoundError:
+    bus = as_bus(conn)
+    if not await _recorded(bus, execution_id):
         return None
     body = {"execution_id": execution_id, "reason": reason or "cancelled by request"}
-    await js.publish(s.CANCEL_SUBJECT, dumps(body), headers={"Nats-Msg-Id": f"cancel-{execution_id}"})
+    await bus.publish(s.CANCEL_SUBJECT, dumps(body), msg_id=f"cancel-{execution_id}")
     return {"execution_id": execution_id, "cancel": "requested"}
 
 
-async def _outside(js: Any, subject: str, what: str, body: dict[str, Any]) -> dict[str, Any]:
+async def _outside(conn: Any, subject: str, what: str, body: dict[str, Any]) -> dict[str, Any]:
     """Signal, pause, resume (SEMANTICS §17): refused here, with a reason, for an execution that
     does not exist or has finished; otherwise published for the server to record as an input.
     ``request_id`` (a fresh one unless given) makes a repeated send one request."""
+    bus = as_bus(conn)
     execution_id = body["execution_id"]
     if problem := execution_id_problem(execution_id):
         return reply_error(RequestInvalidError(problem))
-    try:
-        await js.get_last_msg(
-            s.EVENTS_STREAM, s.execution_event_filter(execution_id, "playbook.execution.requested")
-        )
-    except NotFoundError:
+    if not await _recorded(bus, execution_id):
         return reply_error(NoSuchEntityError(f"no execution {execution_id}: check the id (noetl executions)"))
-    if await finished_event(js, execution_id) is not None:
+    if await finished_event(bus, execution_id) is not None:
         return reply_error(
             ExecutionFinishedError(f"execution {execution_id} has finished: there is nothing to {what}")
         )
     body = {**body, "request_id": str(body.get("request_id") or uuid.uuid4().hex)}
     if problem := request_id_problem(body["request_id"]):
         return reply_error(RequestInvalidError(problem))
-    await js.publish(subject, dumps(body), headers={"Nats-Msg-Id": f"{what}-{body['request_id']}"})
+    await bus.publish(subject, dumps(body), msg_id=f"{what}-{body['request_id']}")
     return {"execution_id": execution_id, what: "sent", "request_id": body["request_id"]}
 
 
 async def signal(
-    js: Any, execution_id: str, name: str, data: Any = None, request_id: str | None = None
+    conn: Any, execution_id: str, name: str, data: Any = None, request_id: str | None = None
 ) -> dict[str, Any]:
     """Send signal ``name`` with ``data`` to an execution: the first step waiting for it takes it,
     or it waits in the execution's queue for one that will."""
     if problem := signal_name_problem(name):
         return reply_error(RequestInvalidError(problem))
     body = {"execution_id": execution_id, "signal": name, "data": data, "request_id": request_id}
-    return await _outside(js, s.SIGNAL_SUBJECT, "signal", body)
+    return await _outside(conn, s.SIGNAL_SUBJECT, "signal", body)
 
 
-async def pause(js: Any, execution_id: str, reason: str | None = None) -> dict[str, Any]:
+async def pause(conn: Any, execution_id: str, reason: str | None = None) -> dict[str, Any]:
     """Nothing new is scheduled until ``resume``; running step runs finish."""
-    return await _outside(js, s.PAUSE_SUBJECT, "pause", {"execution_id": execution_id, "reason": reason})
+    return await _outside(conn, s.PAUSE_SUBJECT, "pause", {"execution_id": execution_id, "reason": reason})
 
 
-async def resume(js: Any, execution_id: str) -> dict[str, Any]:
-    return await _outside(js, s.RESUME_SUBJECT, "resume", {"execution_id": execution_id})
+async def resume(conn: Any, execution_id: str) -> dict[str, Any]:
+    return await _outside(conn, s.RESUME_SUBJECT, "resume", {"execution_id": execution_id})
 
 
-async def finished_event(js: Any, execution_id: str) -> dict[str, Any] | None:
+async def finished_event(conn: Any, execution_id: str) -> dict[str, Any] | None:
     """The execution's ``workflow.finished``, if it has one yet."""
-    subject = s.execution_event_filter(execution_id, "workflow.finished")
-    done = await read_messages(js, s.EVENTS_STREAM, [subject])
-    return done[-1][1] if done else None
+    done = await as_bus(conn).last(
+        s.EVENTS_STREAM, s.execution_event_filter(execution_id, "workflow.finished")
+    )
+    return loads(done.data) if done is not None else None
+
+
+class Awaited:
+    """One event of an execution a caller waits for. Open it before the request is published, so
+    the end of a fast execution cannot be missed: the notice is a subscription, and the stream is
+    read once the subscription stands."""
+
+    def __init__(self, bus: Any, execution_id: str, name: str) -> None:
+        self.bus, self.subject = bus, s.execution_event_filter(execution_id, name)
+        self._seen: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._sub: Any = None
+
+    @classmethod
+    async def open(cls, conn: Any, execution_id: str, name: str = "playbook.processed") -> Awaited:
+        self = cls(as_bus(conn), execution_id, name)
+        self._sub = await self.bus.subscribe(self.subject, self._notice)
+        return self
+
+    async def _notice(self, m: Any) -> None:
+        if not self._seen.done():
+            self._seen.set_result(m.data)
+
+    async def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        """The event; ``TimeoutError`` when it has not come within ``timeout`` seconds."""
+        try:
+            stored = await self.bus.last(s.EVENTS_STREAM, self.subject)
+            if stored is not None:
+                return loads(stored.data)  # type: ignore[no-any-return]
+            return loads(await asyncio.wait_for(asyncio.shield(self._seen), timeout))  # type: ignore[no-any-return]
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            await sub.unsubscribe()
 
 
 async def wait_finished(
-    nc: NATS, execution_id: str, timeout: float | None = None, already_subscribed: Any = None
+    conn: Any, execution_id: str, timeout: float | None = None, already_subscribed: Awaited | None = None
 ) -> None:
-    js = nc.jetstream()
-    sub = already_subscribed or await nc.subscribe(
-        s.execution_event_filter(execution_id, "playbook.processed")
-    )
-    try:
-        if await read_messages(
-            js, s.EVENTS_STREAM, [s.execution_event_filter(execution_id, "playbook.processed")]
-        ):
-            return
-        await sub.next_msg(timeout=timeout if timeout else 10**9)
-    finally:
-        await sub.unsubscribe()
+    """Until the execution is processed (``TimeoutError`` after ``timeout`` seconds)."""
+    awaited = already_subscribed or await Awaited.open(conn, execution_id)
+    await awaited.wait(timeout)
 
 
-async def complete_log(js: Any, execution_id: str, patience: float = 5.0) -> list[dict[str, Any]]:
+async def read_events(conn: Any, execution_id: str) -> list[dict[str, Any]]:
+    msgs = await as_bus(conn).read(s.EVENTS_STREAM, [s.execution_events_filter(execution_id)])
+    return [loads(m.data) for m in msgs]
+
+
+async def complete_log(conn: Any, execution_id: str, patience: float = 5.0) -> list[dict[str, Any]]:
     """The execution's events up to ``playbook.processed``.
 
     A core subscriber can hear of a message before the stream has stored it, so a read right
     after the notification may end a few events short: read again until the last event is there.
     """
-    events = await read_execution_events(js, execution_id)
+    events = await read_events(conn, execution_id)
     waited = 0.0
     while (not events or events[-1].get("name") != "playbook.processed") and waited < patience:
         await asyncio.sleep(0.02)
         waited += 0.02
-        events = await read_execution_events(js, execution_id)
+        events = await read_events(conn, execution_id)
     return events
 
 
-async def run_and_wait(nc: NATS, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+async def run_and_wait(conn: Any, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
     from noetl.client.view import execution_output
 
-    js = nc.jetstream()
+    bus = as_bus(conn)
     execution_id = request.get("execution_id") or execution_id_for(request["request_id"])
-    sub = await nc.subscribe(s.execution_event_filter(execution_id, "playbook.processed"))
-    await submit(js, request)
-    await wait_finished(nc, execution_id, timeout, already_subscribed=sub)
+    awaited = await Awaited.open(bus, execution_id)
+    try:
+        await submit(bus, request)
+    except BaseException:
+        await awaited.close()
+        raise
+    await awaited.wait(timeout)
     await asyncio.sleep(0)
-    out = execution_output(execution_id, await complete_log(js, execution_id))
+    out = execution_output(execution_id, await complete_log(bus, execution_id))
     if is_reference(out.get("ctx")):
-        out["ctx"] = await resolve(js, out["ctx"])
+        out["ctx"] = await resolve(bus, out["ctx"])
     return out

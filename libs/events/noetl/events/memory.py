@@ -9,10 +9,12 @@ comes from ``clock`` (seconds, monotonic) so tests can move it: duplicate window
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
+from noetl.events.memory_schedules import Schedules
 from noetl.events.port import (
     BusError,
     Entry,
@@ -21,6 +23,8 @@ from noetl.events.port import (
     NoStreamError,
     PubAck,
     QueueConfig,
+    ReaderLostError,
+    RefusedError,
     RevisionMismatchError,
     StreamConfig,
     subject_matches,
@@ -28,28 +32,121 @@ from noetl.events.port import (
 
 
 class _Stream:
+    """Messages by sequence, and the sequences of each subject: a filtered read costs the
+    subjects it matches and the messages it returns, not the whole stream (a loop of 20 000
+    iterations stores ~80 000 events; every partition reader polls)."""
+
     def __init__(self, config: StreamConfig) -> None:
         self.config = config
         self.messages: dict[int, Message] = {}  # by sequence, in order
         self.last_seq = 0
         self.seen: dict[str, tuple[int, float]] = {}  # msg_id -> (seq, stored at)
+        self.by_subject: dict[str, list[int]] = {}  # ascending; may name removed messages
+        self._subjects: list[str] = []  # in the order first seen
+        self._matched: dict[tuple[str, ...], tuple[int, list[str]]] = {}  # filters -> (seen, subjects)
+        self.waiters: set[_Waiter] = set()  # readers and queues waiting for a message they match
 
     def takes(self, subject: str) -> bool:
         return any(subject_matches(p, subject) for p in self.config.subjects)
+
+    def store(self, message: Message) -> None:
+        self.messages[message.seq] = message
+        seqs = self.by_subject.get(message.subject)
+        if seqs is None:
+            seqs = self.by_subject[message.subject] = []
+            self._subjects.append(message.subject)
+        seqs.append(message.seq)
+        for waiter in list(self.waiters):
+            if waiter.wants(message.subject):
+                waiter.event.set()
+
+    def waiter(self, filters: list[str]) -> _Waiter:
+        """Set when a message matching ``filters`` is stored (or ``wake`` is called): waking
+        only whom a message concerns keeps a busy stream from waking every reader per message."""
+        waiter = _Waiter(filters)
+        self.waiters.add(waiter)
+        return waiter
+
+    def _matching(self, filters: list[str]) -> list[str]:
+        key = tuple(filters)
+        seen, found = self._matched.get(key, (0, []))
+        for subject in self._subjects[seen:]:
+            if any(subject_matches(f, subject) for f in filters):
+                found.append(subject)
+        if len(self._matched) > 4096:  # one-off filters (an execution's events) come and go
+            self._matched.clear()
+        self._matched[key] = (len(self._subjects), found)
+        return found
+
+    def select(self, filters: list[str], start_seq: int = 1, before_seq: int | None = None) -> list[Message]:
+        picked: list[int] = []
+        for subject in self._matching(filters):
+            seqs = self.by_subject[subject]
+            lo = bisect.bisect_left(seqs, start_seq)
+            hi = len(seqs) if before_seq is None else bisect.bisect_left(seqs, before_seq)
+            picked.extend(seqs[lo:hi])
+        picked.sort()
+        return [m for m in (self.messages.get(q) for q in picked) if m is not None]
+
+    def newest(self, filters: list[str]) -> Message | None:
+        best: Message | None = None
+        for subject in self._matching(filters):
+            seqs = self.by_subject[subject]
+            for q in reversed(seqs):
+                m = self.messages.get(q)
+                if m is not None:
+                    if best is None or m.seq > best.seq:
+                        best = m
+                    break
+        return best
+
+
+class _Waiter:
+    def __init__(self, filters: list[str]) -> None:
+        self.filters, self.event = filters, asyncio.Event()
+        self._wanted: dict[str, bool] = {}  # by subject: a stream has few distinct subjects
+
+    def wants(self, subject: str) -> bool:
+        known = self._wanted.get(subject)
+        if known is None:
+            if len(self._wanted) > 65536:
+                self._wanted.clear()
+            known = self._wanted[subject] = any(subject_matches(f, subject) for f in self.filters)
+        return known
+
+    async def wait(self, timeout: float) -> None:
+        """Until set or ``timeout``; a timer instead of ``wait_for``: no task per wait, and a
+        cancel is never lost to a wake-up that comes at the same moment."""
+        if not self.event.is_set():
+            timer = asyncio.get_running_loop().call_later(timeout, self.event.set)
+            try:
+                await self.event.wait()
+            finally:
+                timer.cancel()
+        self.event.clear()
 
 
 class MemoryBus:
     """One process's JetStream: streams, work queues, key-value buckets and object stores."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        wall: Callable[[], float] = time.time,
+        max_payload: int = 1024 * 1024,
+    ) -> None:
+        """``wall``: seconds since the epoch, for message stamps and schedules; ``max_payload``:
+        NATS's default limit, over which a publish is refused."""
+        self.clock, self.wall, self.max_payload = clock, wall, max_payload
         self._streams: dict[str, _Stream] = {}
+        self._taker: dict[str, _Stream] = {}  # subject -> the stream that takes it
         self._queues: dict[tuple[str, str], _Queue] = {}
         self._kv: dict[str, _KeyValue] = {}
         self._objects: dict[str, _Objects] = {}
-        self._changed = asyncio.Event()  # set on every store; readers that follow wait on it
         self._subs: list[_Subscription] = []
         self._delivering: set[asyncio.Task[None]] = set()
+        self._schedules = Schedules(self)  # JetStream message scheduling (``memory_schedules``)
 
     # --- streams --------------------------------------------------------------------------
 
@@ -74,10 +171,11 @@ class MemoryBus:
         self._subs.append(sub)
         return sub
 
-    def outbox(self, *, ack_all: bool = False) -> _Outbox:
+    def outbox(self, *, ack_all: bool = False, confirm_every: int | None = 64) -> _Outbox:
         return _Outbox(self)
 
     async def add_stream(self, config: StreamConfig) -> None:
+        self._taker.clear()
         if config.name in self._streams:
             self._streams[config.name].config = config
         else:
@@ -89,20 +187,36 @@ class MemoryBus:
         except KeyError:
             raise NoStreamError(f"stream {name} not found") from None
 
-    async def publish(self, subject: str, data: bytes, *, msg_id: str | None = None) -> PubAck:
-        stream = next((st for st in self._streams.values() if st.takes(subject)), None)
+    async def publish(
+        self, subject: str, data: bytes, *, msg_id: str | None = None, headers: dict[str, str] | None = None
+    ) -> PubAck:
+        if len(data) > self.max_payload:
+            raise RefusedError(
+                f"message of {len(data)} bytes on {subject} is over max_payload {self.max_payload}"
+            )
+        stream = self._taker.get(subject)
+        if stream is None:
+            stream = next((st for st in self._streams.values() if st.takes(subject)), None)
+            if stream is not None and len(self._taker) < 65536:
+                self._taker[subject] = stream
         if stream is None:
             raise NoStreamError(f"no stream takes subject {subject}")
+        headers = dict(headers or {})
+        if msg_id is not None:
+            headers["Nats-Msg-Id"] = msg_id
+        headers = self._schedules.admit(stream, subject, headers)
+        msg_id = headers.get("Nats-Msg-Id")
         now = self.clock()
         if msg_id is not None:
             known = stream.seen.get(msg_id)
             if known is not None and now - known[1] < stream.config.duplicate_window:
                 return PubAck(known[0], duplicate=True)
         stream.last_seq += 1
-        message = stream.messages[stream.last_seq] = Message(subject, bytes(data), stream.last_seq)
+        message = Message(subject, bytes(data), stream.last_seq, headers or None, self.wall())
+        stream.store(message)
         if msg_id is not None:
             stream.seen[msg_id] = (stream.last_seq, now)
-        self._wake()
+        self._schedules.stored(stream, message)
         for sub in self._subs:
             if subject_matches(sub.subject, subject):
                 task = asyncio.create_task(sub.cb(message))  # as NATS: the publisher does not wait
@@ -111,9 +225,9 @@ class MemoryBus:
         await asyncio.sleep(0)  # a publish is I/O: let others run, as they would on NATS
         return PubAck(stream.last_seq)
 
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+    async def close(self) -> None:
+        """Stop firing schedules: their task must not outlive the test or process using the bus."""
+        await self._schedules.close()
 
     async def read(
         self, stream: str, filters: list[str], *, start_seq: int = 1, before_seq: int | None = None
@@ -121,28 +235,29 @@ class MemoryBus:
         st = self._stream(stream)
         if st.config.work_queue:
             raise BusError(f"stream {stream} is a work queue: read it through a queue")
-        return [
-            m
-            for seq, m in list(st.messages.items())
-            if seq >= start_seq
-            and (before_seq is None or seq < before_seq)
-            and any(subject_matches(f, m.subject) for f in filters)
-        ]
+        return st.select(filters, start_seq, before_seq)
 
     async def follow(self, stream: str, filters: list[str], *, start_seq: int = 1) -> AsyncIterator[Message]:
         nxt = start_seq
-        while True:
-            changed = self._changed
-            found = await self.read(stream, filters, start_seq=nxt)
-            for m in found:
-                nxt = m.seq + 1
-                yield m
-            if not found:
-                await changed.wait()
+        st = self._stream(stream)
+        waiter = st.waiter(filters)
+        try:
+            while True:
+                found = await self.read(stream, filters, start_seq=nxt)
+                for m in found:
+                    nxt = m.seq + 1
+                    yield m
+                if not found:
+                    await waiter.wait(1.0)
+        finally:
+            st.waiters.discard(waiter)
+
+    async def reader(self, stream: str, filters: list[str], *, start_seq: int = 1, name: str = "") -> _Reader:
+        self._stream(stream)
+        return _Reader(self, stream, filters, start_seq)
 
     async def last(self, stream: str, subject: str) -> Message | None:
-        found = await self.read(stream, [subject])
-        return found[-1] if found else None
+        return self._stream(stream).newest([subject])
 
     async def count(self, stream: str) -> int:
         return len(self._stream(stream).messages)
@@ -166,10 +281,38 @@ class MemoryBus:
     async def kv(self, bucket: str, *, ttl: float | None = None, history: int = 1) -> _KeyValue:
         if bucket not in self._kv:
             self._kv[bucket] = _KeyValue(self, ttl)
+        elif ttl is not None:
+            self._kv[bucket].ttl_s = ttl
         return self._kv[bucket]
 
     async def objects(self, bucket: str) -> _Objects:
         return self._objects.setdefault(bucket, _Objects())
+
+
+class _Reader:
+    def __init__(self, bus: MemoryBus, stream: str, filters: list[str], start_seq: int) -> None:
+        self.bus, self.stream, self.filters, self.next = bus, stream, filters, start_seq
+        self.lost = False  # tests set it to make the reader fail as a lost NATS consumer would
+        self._st = bus._stream(stream)
+        self._waiter = self._st.waiter(filters)
+
+    async def fetch(self, batch: int, timeout: float) -> list[Message]:
+        deadline = self.bus.clock() + timeout
+        while True:
+            if self.lost:
+                raise ReaderLostError(f"reader of {self.stream} lost")
+            self._waiter.event.clear()
+            found = (await self.bus.read(self.stream, self.filters, start_seq=self.next))[:batch]
+            if found:
+                self.next = found[-1].seq + 1
+                return found
+            left = deadline - self.bus.clock()
+            if left <= 0:
+                return []
+            await self._waiter.wait(min(left, 0.05))  # a test may move the clock
+
+    async def close(self) -> None:
+        self._st.waiters.discard(self._waiter)
 
 
 class _Subscription:
@@ -199,13 +342,17 @@ class _Pending:
     delivered: int = 0
     due: float = 0.0  # when it may be handed out (again)
     out: bool = False  # handed out and not answered
-    done: bool = False  # acknowledged or terminated
 
 
 class _Delivery:
     def __init__(self, queue: _Queue, message: Message, delivered: int) -> None:
         self._queue, self.subject, self.data, self.seq = queue, message.subject, message.data, message.seq
+        self.headers, self.stamp = message.headers, message.stamp
         self.delivered = delivered
+
+    @property
+    def msg_id(self) -> str | None:
+        return (self.headers or {}).get("Nats-Msg-Id")
 
     async def ack(self) -> None:
         self._queue.answer(self.seq, done=True)
@@ -223,19 +370,26 @@ class _Delivery:
 class _Queue:
     def __init__(self, bus: MemoryBus, stream: _Stream, config: QueueConfig) -> None:
         self.bus, self.stream, self.config = bus, stream, config
-        self.state: dict[int, _Pending] = {}
+        self.state: dict[int, _Pending] = {}  # messages seen and not answered for good
+        self.done: set[int] = set()  # answered for good, from ``floor`` on (a stream that keeps them)
+        self.floor = 1  # every message before it is answered
+        self._waiter = stream.waiter([config.filter])  # for as long as the bus lives, as a durable
 
     def _ready(self, now: float) -> list[Message]:
         out = []
-        for seq, m in list(self.stream.messages.items()):
-            if not subject_matches(self.config.filter, m.subject):
+        floor = None
+        for m in self.stream.select([self.config.filter], self.floor):
+            if m.seq in self.done:
                 continue
-            p = self.state.setdefault(seq, _Pending())
-            if p.done or now < p.due:  # answered, or out / naked until its due time
+            p = self.state.setdefault(m.seq, _Pending())
+            floor = m.seq if floor is None else floor
+            if now < p.due:  # out, or naked until its due time
                 continue
             if self.config.max_deliver >= 0 and p.delivered >= self.config.max_deliver:
                 continue
             out.append(m)
+        self.floor = floor if floor is not None else self.stream.last_seq + 1
+        self.done = {q for q in self.done if q >= self.floor}
         return out
 
     async def fetch(self, batch: int, timeout: float) -> list[_Delivery]:
@@ -253,31 +407,32 @@ class _Queue:
                 return out
             if now >= deadline:
                 return []
-            changed = self.bus._changed
-            wake = min([deadline, *(p.due for p in self.state.values() if not p.done and p.due > now)])
-            try:
-                await asyncio.wait_for(changed.wait(), max(0.001, min(wake - now, 0.05)))
-            except TimeoutError:
-                pass
+            wake = min([deadline, *(p.due for p in self.state.values() if p.due > now)])
+            await self._waiter.wait(max(0.001, min(wake - now, 0.05)))
 
     def answer(self, seq: int, *, done: bool, delay: float = 0.0) -> None:
         p = self.state.setdefault(seq, _Pending())
         p.out = False
         if done:
-            p.done = True
+            del self.state[seq]
             if self.stream.config.work_queue:  # acked or terminated: JetStream removes it
                 self.stream.messages.pop(seq, None)
+            else:
+                self.done.add(seq)
         else:
             p.due = self.bus.clock() + delay
-        self.bus._wake()
+        self._wake()
+
+    def _wake(self) -> None:
+        self._waiter.event.set()
 
     async def close(self, *, nak: bool = True) -> None:
         if nak:
             now = self.bus.clock()
             for p in self.state.values():
-                if p.out and not p.done:
+                if p.out:
                     p.out, p.due = False, now
-            self.bus._wake()
+            self._wake()
 
     def extend(self, seq: int) -> None:
         p = self.state.get(seq)
@@ -287,7 +442,7 @@ class _Queue:
 
 class _KeyValue:
     def __init__(self, bus: MemoryBus, ttl: float | None) -> None:
-        self.bus, self.ttl = bus, ttl
+        self.bus, self.ttl_s = bus, ttl
         self.revision = 0
         self.entries: dict[str, tuple[Entry, float]] = {}  # key -> (entry, written at)
 
@@ -296,7 +451,7 @@ class _KeyValue:
         if got is None:
             return None
         entry, at = got
-        if self.ttl is not None and self.bus.clock() - at >= self.ttl:
+        if self.ttl_s is not None and self.bus.clock() - at >= self.ttl_s:
             del self.entries[key]
             return None
         return entry
@@ -304,7 +459,6 @@ class _KeyValue:
     def _write(self, key: str, value: bytes) -> int:
         self.revision += 1
         self.entries[key] = (Entry(key, bytes(value), self.revision), self.bus.clock())
-        self.bus._wake()
         return self.revision
 
     async def get(self, key: str) -> Entry | None:
@@ -325,8 +479,20 @@ class _KeyValue:
             raise RevisionMismatchError(f"key {key}: revision {last} is not the last one ({have})")
         return self._write(key, value)
 
-    async def delete(self, key: str) -> None:
+    async def delete(self, key: str, *, last: int | None = None) -> None:
+        if last is not None:
+            entry = self._live(key)
+            if entry is None or entry.revision != last:
+                raise RevisionMismatchError(f"key {key}: revision {last} is not the last one")
         self.entries.pop(key, None)
+        self.revision += 1
+
+    async def ttl(self) -> float | None:
+        return self.ttl_s
+
+    async def purge(self, pattern: str) -> None:
+        for key in [k for k in self.entries if subject_matches(pattern, k)]:
+            del self.entries[key]
         self.revision += 1
 
     async def keys(self, prefix: str = "") -> list[str]:

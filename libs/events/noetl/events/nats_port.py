@@ -7,8 +7,10 @@ durable pull consumers with explicit acks for work queues, KV buckets and object
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -26,6 +28,7 @@ from nats.js.api import (
     StreamConfig as NatsStreamConfig,
 )
 from nats.js.errors import (
+    APIError,
     BadRequestError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
@@ -43,13 +46,20 @@ from noetl.events.port import (
     NoStreamError,
     PubAck,
     QueueConfig,
+    ReaderLostError,
+    RefusedError,
     RevisionMismatchError,
     StreamConfig,
 )
-from noetl.events.puller import Puller, ack_stored
-from noetl.events.retry import retrying
+from noetl.events.puller import Puller, ack_stored, consumer_sequence, stream_sequence
+from noetl.events.retry import is_transient, retrying
 from noetl.events.streams import ensure_all, ensure_consumer, ensure_kv, ensure_object_store
-from noetl.events.subjects import kv_subject
+from noetl.events.subjects import consumer_delete_subject, kv_subject
+
+log = logging.getLogger("noetl.events")
+
+# an idle reader asks this often whether its consumer still exists (its node may be gone)
+_READER_CHECK_EVERY = 3.0
 
 
 def as_bus(conn: Any, *, replicas: int | None = None) -> Any:
@@ -89,12 +99,20 @@ class NatsBus:
         except BadRequestError:
             await self.js.update_stream(cfg)
 
-    async def publish(self, subject: str, data: bytes, *, msg_id: str | None = None) -> PubAck:
-        headers = {"Nats-Msg-Id": msg_id} if msg_id is not None else None
+    async def publish(
+        self, subject: str, data: bytes, *, msg_id: str | None = None, headers: dict[str, str] | None = None
+    ) -> PubAck:
+        hdrs = dict(headers or {})
+        if msg_id is not None:
+            hdrs["Nats-Msg-Id"] = msg_id
         try:
-            ack = await self.js.publish(subject, data, headers=headers)
+            ack = await self.js.publish(subject, data, headers=hdrs or None)
         except (NoStreamResponseError, nats.errors.NoRespondersError) as e:
             raise NoStreamError(f"no stream takes subject {subject}") from e
+        except Exception as e:
+            if never_storable(e):
+                raise RefusedError(f"{subject}: {e}") from e
+            raise
         return PubAck(ack.seq, duplicate=bool(ack.duplicate))
 
     async def _consumer(self, stream: str, filters: list[str], start_seq: int) -> tuple[str, int]:
@@ -133,7 +151,7 @@ class NatsBus:
                             if before_seq is not None and seq >= before_seq:
                                 remaining = 0
                                 break
-                            out.append(Message(m.subject, m.data, seq))
+                            out.append(_message(m))
                 finally:
                     await sub.unsubscribe()
         finally:
@@ -151,19 +169,39 @@ class NatsBus:
                 except nats.errors.TimeoutError:
                     continue
                 for m in msgs:
-                    yield Message(m.subject, m.data, m.metadata.sequence.stream)
+                    yield _message(m)
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
             with contextlib.suppress(Exception):
                 await self.js.delete_consumer(stream, name)
 
+    async def reader(
+        self, stream: str, filters: list[str], *, start_seq: int = 1, name: str = ""
+    ) -> _NatsReader:
+        """An ordered reader of its own: a consumer without acks (the caller's checkpoint is the
+        acknowledgement) in memory, one replica, from ``start_seq``; gaps in its consumer sequence
+        and a consumer gone with its node end it (``ReaderLostError``)."""
+        cfg = ConsumerConfig(
+            name=name or None,
+            ack_policy=AckPolicy.NONE,
+            filter_subjects=filters,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=start_seq,
+            mem_storage=True,
+            num_replicas=1,
+            inactive_threshold=30.0,
+        )
+        info = await retrying(lambda: self.js.add_consumer(stream, cfg), f"{stream}: reader")
+        puller = await Puller(self.nc, stream, info.name, batch=256).start()
+        return _NatsReader(self, stream, info.name, puller)
+
     async def last(self, stream: str, subject: str) -> Message | None:
         try:
             m = await self.js.get_last_msg(stream, subject)
         except NotFoundError:
             return None
-        return Message(m.subject or subject, m.data or b"", m.seq or 0)
+        return Message(m.subject or subject, m.data or b"", m.seq or 0, dict(m.headers or {}) or None)
 
     async def count(self, stream: str) -> int:
         info = await self.js.stream_info(stream)
@@ -195,15 +233,109 @@ class NatsBus:
 
         return await self.nc.subscribe(subject, cb=on_msg)
 
-    def outbox(self, *, ack_all: bool = False) -> Outbox:
-        return Outbox(self.nc, ack_all=ack_all)
+    def outbox(self, *, ack_all: bool = False, confirm_every: int | None = 64) -> _NatsOutbox:
+        return _NatsOutbox(Outbox(self.nc, ack_all=ack_all, confirm_every=confirm_every))
 
     async def kv(self, bucket: str, *, ttl: float | None = None, history: int = 1) -> _NatsKeyValue:
         kv = await ensure_kv(self.js, bucket, ttl=ttl, history=history, replicas=self.replicas)
-        return _NatsKeyValue(kv, self.nc, bucket)
+        if ttl is not None:
+            # a bucket another process has just created may not show on our node for a moment
+            await retrying(
+                lambda: self._settle_ttl(bucket, ttl), f"setting the TTL of {bucket}", also=(NotFoundError,)
+            )
+        return _NatsKeyValue(kv, self.nc, bucket, self.js)
+
+    async def _settle_ttl(self, bucket: str, ttl: float) -> None:
+        info = await self.js.stream_info(f"KV_{bucket}")
+        if info.config.max_age and abs(info.config.max_age - ttl) > 0.01:
+            log.warning("KV bucket %s: TTL %.1f s, changing it to %.1f s", bucket, info.config.max_age, ttl)
+            await self.js.update_stream(info.config.evolve(max_age=ttl, duplicate_window=ttl))
 
     async def objects(self, bucket: str) -> _NatsObjects:
         return _NatsObjects(await ensure_object_store(self.js, bucket, replicas=self.replicas))
+
+
+def never_storable(e: BaseException) -> bool:
+    """Refusals of the message itself, never of the moment: a payload over ``max_payload``, a bad
+    subject, a stream answering 400 (e.g. message size exceeds the stream's maximum). Anything
+    else might pass with time and is retried."""
+    if isinstance(e, nats.errors.MaxPayloadError | nats.errors.BadSubjectError):
+        return True
+    return isinstance(e, APIError) and e.code == 400 and not is_transient(e)
+
+
+def _stamp(m: Any) -> float:
+    ts = getattr(getattr(m, "metadata", None), "timestamp", None)
+    return ts.timestamp() if ts is not None else 0.0
+
+
+def _message(m: Any) -> Message:
+    return Message(m.subject, m.data, m.metadata.sequence.stream, dict(m.headers or {}) or None, _stamp(m))
+
+
+class _NatsOutbox:
+    """``Outbox`` with the port's errors: a message JetStream can never store is ``RefusedError``."""
+
+    def __init__(self, outbox: Outbox) -> None:
+        self._outbox = outbox
+
+    async def send(self, subject: str, data: bytes, msg_id: str, *, ack: bool = False) -> None:
+        try:
+            await self._outbox.send(subject, data, msg_id, ack=ack)
+        except Exception as e:
+            if never_storable(e):
+                raise RefusedError(f"{subject}: {e}") from e
+            raise
+
+    async def confirm(self) -> None:
+        try:
+            await self._outbox.confirm()
+        except Exception as e:
+            if never_storable(e):
+                raise RefusedError(str(e)) from e
+            raise
+
+
+class _NatsReader:
+    def __init__(self, bus: NatsBus, stream: str, name: str, puller: Puller) -> None:
+        self._bus, self._stream, self._name, self._puller = bus, stream, name, puller
+        self._expected = 1  # the next consumer sequence: any other is a message lost on the way
+        self._gap = False
+        self._idle_since: float | None = None
+
+    async def fetch(self, batch: int, timeout: float) -> list[Message]:
+        if self._gap:
+            raise ReaderLostError(f"{self._stream}: a message lost on the way to reader {self._name}")
+        loop = asyncio.get_running_loop()
+        msgs = await self._puller.fetch(batch, wait=timeout)
+        if not msgs:
+            self._idle_since = self._idle_since or loop.time()
+            if loop.time() - self._idle_since >= _READER_CHECK_EVERY:
+                self._idle_since = loop.time()
+                try:
+                    await self._bus.js.consumer_info(self._stream, self._name, timeout=2.0)
+                except NotFoundError as e:
+                    raise ReaderLostError(f"{self._stream}: reader {self._name} is gone") from e
+                except Exception as e:
+                    if not is_transient(e):
+                        raise
+            return []
+        self._idle_since = None
+        out = []
+        for m in msgs:
+            if consumer_sequence(m) != self._expected:
+                self._gap = True  # never past a gap: what came before it is handed over first
+                break
+            self._expected += 1
+            out.append(Message(m.subject, m.data, stream_sequence(m), dict(m.headers or {}) or None))
+        if not out:
+            raise ReaderLostError(f"{self._stream}: a message lost on the way to reader {self._name}")
+        return out
+
+    async def close(self) -> None:
+        await self._puller.stop()
+        with contextlib.suppress(Exception):
+            await self._bus.nc.publish(consumer_delete_subject(self._stream, self._name), b"")
 
 
 class _NatsDelivery:
@@ -212,6 +344,12 @@ class _NatsDelivery:
         self.subject, self.data = msg.subject, msg.data
         self.seq = msg.metadata.sequence.stream
         self.delivered = msg.metadata.num_delivered
+        self.headers = dict(msg.headers or {}) or None
+        self.stamp = _stamp(msg)
+
+    @property
+    def msg_id(self) -> str | None:
+        return (self.headers or {}).get("Nats-Msg-Id")
 
     async def ack(self) -> None:
         """Acknowledged and confirmed (elections and reconnects waited out, ``ack_stored``)."""
@@ -239,8 +377,8 @@ class _NatsQueue:
 
 
 class _NatsKeyValue:
-    def __init__(self, kv: Any, nc: NATS | None = None, bucket: str = "") -> None:
-        self._kv, self._nc, self._bucket = kv, nc, bucket
+    def __init__(self, kv: Any, nc: NATS | None = None, bucket: str = "", js: Any = None) -> None:
+        self._kv, self._nc, self._bucket, self._js = kv, nc, bucket, js
 
     async def get(self, key: str) -> Entry | None:
         try:
@@ -255,7 +393,9 @@ class _NatsKeyValue:
     async def create(self, key: str, value: bytes) -> int:
         try:
             return int(await self._kv.create(key, value))
-        except KeyWrongLastSequenceError as e:
+        except (KeyWrongLastSequenceError, KeyNotFoundError) as e:
+            # refused; nats-py then reads the key back, which a node that has not applied the
+            # other writer's create yet answers with "not found": it exists all the same
             raise KeyExistsError(f"key {key} exists") from e
 
     async def update(self, key: str, value: bytes, last: int) -> int:
@@ -264,9 +404,30 @@ class _NatsKeyValue:
         except KeyWrongLastSequenceError as e:
             raise RevisionMismatchError(f"key {key}: revision {last} is not the last one") from e
 
-    async def delete(self, key: str) -> None:
-        with contextlib.suppress(KeyNotFoundError):
-            await self._kv.purge(key)  # every revision: a deleted value must not stay in history
+    async def delete(self, key: str, *, last: int | None = None) -> None:
+        if last is None:
+            with contextlib.suppress(KeyNotFoundError):
+                await self._kv.purge(key)  # every revision: a deleted value must not stay in history
+            return
+        # a purge (every revision gone) only while ``last`` is the key's last revision
+        headers = {
+            "KV-Operation": "PURGE",
+            "Nats-Rollup": "sub",
+            "Nats-Expected-Last-Subject-Sequence": str(last),
+        }
+        try:
+            await self._js.publish(kv_subject(self._bucket, key), b"", headers=headers)
+        except APIError as e:
+            if e.err_code in (10071, 10164):
+                raise RevisionMismatchError(f"key {key}: revision {last} is not the last one") from e
+            raise
+
+    async def purge(self, pattern: str) -> None:
+        await self._js.purge_stream(f"KV_{self._bucket}", subject=kv_subject(self._bucket, pattern))
+
+    async def ttl(self) -> float | None:
+        info = await self._js.stream_info(f"KV_{self._bucket}")
+        return info.config.max_age or None
 
     async def put_nowait(self, key: str, value: bytes) -> None:
         # a KV put is a publish to $KV.<bucket>.<key>; without a reply nobody waits for it

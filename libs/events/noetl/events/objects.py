@@ -1,35 +1,27 @@
 """Reading values that travel by reference (``{store: nats.object, key, size, checksum}``).
 
-Reads go through ``get(..., writeinto=...)``: nats-py's plain object-store ``get`` is quadratic
-in the object's size (ENVIRONMENT.md).
+Reads go through the bus port's object store; over NATS that reads with ``writeinto`` (nats-py's
+plain object-store ``get`` is quadratic in the object's size, ENVIRONMENT.md).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 from typing import Any
-
-from nats.js import JetStreamContext
 
 from noetl.events import subjects as s
 from noetl.events.envelope import loads
 from noetl.events.refs import is_reference
 
-__all__ = ["is_reference", "resolve", "resolve_on"]
+__all__ = ["is_reference", "resolve"]
 
 
-async def resolve(js: JetStreamContext, ref: dict[str, Any]) -> Any:
-    """The value behind a reference, checked against its checksum."""
-    obs = await js.object_store(s.RESULTS_BUCKET)
-    buf = io.BytesIO()
-    await obs.get(ref["key"], writeinto=buf)
-    return _checked(ref, buf.getvalue())
+async def resolve(conn: Any, ref: dict[str, Any]) -> Any:
+    """The value behind a reference, checked against its checksum. ``conn``: a bus port, or a
+    nats-py connection or JetStream context (``noetl.events.nats_port.as_bus``)."""
+    from noetl.events.nats_port import as_bus
 
-
-async def resolve_on(bus: Any, ref: dict[str, Any]) -> Any:
-    """``resolve`` through a bus port (``noetl.events.port``)."""
-    data = await (await bus.objects(s.RESULTS_BUCKET)).get(ref["key"])
+    data = await (await as_bus(conn).objects(s.RESULTS_BUCKET)).get(ref["key"])
     if data is None:
         raise LookupError(f"object {ref['key']} is not in {s.RESULTS_BUCKET}")
     return _checked(ref, data)

@@ -15,6 +15,16 @@ What the operations promise (JetStream's own rules, kept by the twin):
   delivered again, ``nak(delay)`` delivers it again after the delay, ``term`` never again, and
   after ``max_deliver`` deliveries it is not delivered any more (-1: no limit). An acknowledged
   message leaves a work-queue stream.
+- A ``reader`` hands over a stream's messages in order, none skipped: when it cannot go on without
+  a gap (a message lost on the way, its consumer gone with a node) it raises ``ReaderLostError``
+  and the caller opens a new one after the last message it took.
+- A message over the bus's ``max_payload`` or on a subject no retry can store raises
+  ``RefusedError``: the caller must not retry it.
+- A message published with ``Nats-Schedule`` headers is a schedule (JetStream message
+  scheduling): ``@at <RFC 3339 time>`` publishes its body once on ``Nats-Schedule-Target`` at that
+  time, a cron expression every time it is due (``Nats-Schedule-Time-Zone``), with the header
+  ``Nats-Schedule-Next``; a new schedule on the same subject replaces the old one, a purge of its
+  subject removes it.
 - A key-value bucket keeps the last value of each key with a revision; ``create`` fails when the
   key has a value, ``update`` when the revision is not the last one; a bucket with a ``ttl``
   forgets a key that long after its last write; ``delete`` leaves nothing of the key, not even
@@ -34,6 +44,15 @@ class BusError(Exception):
 
 class NoStreamError(BusError):
     """No stream takes the subject: the publish can never succeed until one is declared."""
+
+
+class RefusedError(BusError):
+    """The message can never be stored as it is (over ``max_payload``, a subject or size the
+    stream refuses): retrying it only stalls whoever waits behind it."""
+
+
+class ReaderLostError(BusError):
+    """A reader cannot go on without skipping a message: read again after the last one taken."""
 
 
 class KeyExistsError(BusError):
@@ -57,6 +76,12 @@ class Message:
     subject: str
     data: bytes
     seq: int
+    headers: dict[str, str] | None = None
+    stamp: float = 0.0  # when the stream stored it (seconds since the epoch; 0 when unknown)
+
+    @property
+    def msg_id(self) -> str | None:
+        return (self.headers or {}).get("Nats-Msg-Id")
 
 
 @dataclass(frozen=True)
@@ -87,6 +112,11 @@ class Delivery(Protocol):
     data: bytes
     seq: int
     delivered: int  # how many times this message has been handed out, this time included
+    headers: dict[str, str] | None
+    stamp: float  # when the stream stored it (seconds since the epoch)
+
+    @property
+    def msg_id(self) -> str | None: ...
 
     async def ack(self) -> None: ...
 
@@ -103,6 +133,15 @@ class WorkQueue(Protocol):
     async def close(self, *, nak: bool = True) -> None:
         """Stop fetching; ``nak``: what was handed out and not answered goes back at once."""
         ...
+
+
+class Reader(Protocol):
+    async def fetch(self, batch: int, timeout: float) -> list[Message]:
+        """The next messages in stream order ([] after ``timeout``); ``ReaderLostError`` when the
+        next one cannot be handed over without a gap."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 class EventOutbox(Protocol):
@@ -126,9 +165,19 @@ class KeyValue(Protocol):
 
     async def update(self, key: str, value: bytes, last: int) -> int: ...
 
-    async def delete(self, key: str) -> None: ...
+    async def delete(self, key: str, *, last: int | None = None) -> None:
+        """``last``: only while the key's last revision is ``last`` (``RevisionMismatchError``)."""
+        ...
+
+    async def ttl(self) -> float | None:
+        """The bucket's TTL as stored now (another process may have changed it)."""
+        ...
 
     async def keys(self, prefix: str = "") -> list[str]: ...
+
+    async def purge(self, pattern: str) -> None:
+        """Every key matching ``pattern`` (NATS wildcards over the dotted key) gone, in one call."""
+        ...
 
     async def put_nowait(self, key: str, value: bytes) -> None:
         """A put nobody waits for (a snapshot: one lost only means resuming from an earlier one)."""
@@ -152,15 +201,23 @@ class Bus(Protocol):
         """Every message published on ``subject`` from now on, stored or not (core NATS)."""
         ...
 
-    def outbox(self, *, ack_all: bool = False) -> EventOutbox: ...
+    def outbox(self, *, ack_all: bool = False, confirm_every: int | None = 64) -> EventOutbox:
+        """``confirm_every``: plain messages between confirmations (None: only at ``confirm``)."""
+        ...
 
-    async def publish(self, subject: str, data: bytes, *, msg_id: str | None = None) -> PubAck: ...
+    async def publish(
+        self, subject: str, data: bytes, *, msg_id: str | None = None, headers: dict[str, str] | None = None
+    ) -> PubAck: ...
 
     async def read(
         self, stream: str, filters: list[str], *, start_seq: int = 1, before_seq: int | None = None
     ) -> list[Message]: ...
 
     def follow(self, stream: str, filters: list[str], *, start_seq: int = 1) -> AsyncIterator[Message]: ...
+
+    async def reader(self, stream: str, filters: list[str], *, start_seq: int = 1, name: str = "") -> Reader:
+        """``name`` names the reader where the transport shows it (a consumer name)."""
+        ...
 
     async def last(self, stream: str, subject: str) -> Message | None: ...
 
@@ -170,7 +227,9 @@ class Bus(Protocol):
 
     async def queue(self, config: QueueConfig) -> WorkQueue: ...
 
-    async def kv(self, bucket: str, *, ttl: float | None = None, history: int = 1) -> KeyValue: ...
+    async def kv(self, bucket: str, *, ttl: float | None = None, history: int = 1) -> KeyValue:
+        """Opened or created; a ``ttl`` different from an existing bucket's is applied to it."""
+        ...
 
     async def objects(self, bucket: str) -> ObjectStore: ...
 
@@ -184,3 +243,12 @@ def subject_matches(pattern: str, subject: str) -> bool:
         if i >= len(have) or (token != "*" and token != have[i]):
             return False
     return len(want) == len(have)
+
+
+async def store_all(bus: Bus, messages: list[tuple[str, bytes, str]]) -> None:
+    """Publish (subject, data, msg_id) in order and return once every one is stored: a failure
+    raises, and publishing them again stores each once (their ids)."""
+    box = bus.outbox(ack_all=True)
+    for subject, data, msg_id in messages:
+        await box.send(subject, data, msg_id, ack=True)
+    await box.confirm()

@@ -20,7 +20,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.aio.client import Client as NATS
@@ -206,39 +205,3 @@ async def ack_stored(msg: Msg, what: str, *, patience: float = 30.0) -> bool:
     except Exception as e:
         log.warning("%s: not confirmed (%s); JetStream will deliver it again", what, describe(e))
         return False
-
-
-async def consume(
-    nc: NATS,
-    stream: str,
-    config: Any,
-    handle: Callable[[Msg], Awaitable[None]],
-    stopping: asyncio.Event,
-    *,
-    batch: int = 64,
-    what: str = "messages",
-) -> None:
-    """Hand each message of a durable consumer (created if missing) to ``handle``, then ack it
-    once stored, until ``stopping``: the loop the server's timers and schedules share. A failed
-    fetch is waited out; unacknowledged messages go back at the stop."""
-    from noetl.events.streams import ensure_consumer
-
-    js = nc.jetstream()
-    await retrying(lambda: ensure_consumer(js, stream, config), f"{what}: consumer")
-    puller = await Puller(nc, stream, config.durable_name).start()
-    try:
-        while not stopping.is_set():
-            try:
-                msgs = await puller.fetch(batch, wait=1.0)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.warning("%s: fetch failed: %s", what, e)
-                await asyncio.sleep(0.2)
-                continue
-            for m in msgs:
-                await handle(m)
-                await ack_stored(m, f"acknowledging {what}")
-    finally:
-        with contextlib.suppress(Exception):
-            await puller.stop(nak=True)

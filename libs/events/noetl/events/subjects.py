@@ -169,9 +169,9 @@ def iter_key(execution_id: str, step_run_id: str, index: int) -> str:
     return f"{execution_id}.{step_run_id}.{index}"
 
 
-def iter_snapshots_filter(execution_id: str, step_run_id: str) -> str:
-    """The subjects of one loop run's iteration snapshots in the bucket's stream."""
-    return f"$KV.{ITER_BUCKET}.{execution_id}.{step_run_id}.*"
+def iter_snapshot_keys(execution_id: str, step_run_id: str) -> str:
+    """The keys of one loop run's iteration snapshots (a pattern of ``KeyValue.purge``)."""
+    return f"{execution_id}.{step_run_id}.*"
 
 
 def catalog_digest_key(digest: str) -> str:

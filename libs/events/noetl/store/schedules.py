@@ -19,11 +19,11 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
-from nats.js.errors import APIError, KeyNotFoundError
 
 from noetl.dsl.errors import NoSuchEntityError, RequestInvalidError, reply_error
 from noetl.dsl.names import schedule_name_problem
 from noetl.events import subjects as s
+from noetl.events.port import Bus, KeyValue, RefusedError
 
 OVERLAP = ("skip", "allow")
 
@@ -89,31 +89,26 @@ def fire_time(schedule: dict[str, Any], next_header: str | None, stamped: dateti
 
 
 class ScheduleStore:
-    def __init__(self, js: Any, kv: Any) -> None:
-        self.js, self.kv = js, kv
+    def __init__(self, bus: Bus, kv: KeyValue) -> None:
+        self.bus, self.kv = bus, kv
 
     @classmethod
-    async def open(cls, js: Any) -> ScheduleStore:
-        from noetl.events.streams import ensure_kv
+    async def open(cls, bus: Bus | Any) -> ScheduleStore:
+        """``bus``: the bus port, or a nats-py connection or JetStream context (``as_bus``)."""
+        from noetl.events.nats_port import as_bus
 
-        return cls(js, await ensure_kv(js, s.SCHEDULES_BUCKET))
+        bus = as_bus(bus)
+        return cls(bus, await bus.kv(s.SCHEDULES_BUCKET))
 
     async def get(self, name: str) -> dict[str, Any] | None:
         if schedule_name_problem(name):
             return None
-        try:
-            entry = await self.kv.get(name)
-        except KeyNotFoundError:
-            return None
-        return json.loads(entry.value) if entry.value else None
+        entry = await self.kv.get(name)
+        return json.loads(entry.value) if entry is not None and entry.value else None
 
     async def list(self) -> list[dict[str, Any]]:
-        try:
-            names = await self.kv.keys()
-        except Exception:  # nats-py raises NoKeysError on an empty bucket
-            return []
         out = []
-        for name in sorted(names):
+        for name in await self.kv.keys():
             sch = await self.get(name)
             if sch is not None:
                 sch["next_fire"] = None if sch.get("paused") else next_fire(sch).isoformat()
@@ -161,10 +156,10 @@ class ScheduleStore:
         }
         try:
             await self._define(sch)
-        except APIError as e:
+        except RefusedError as e:
             return reply_error(
                 RequestInvalidError(
-                    f"NATS refused schedule {name!r} ({e.description or e}): cron and time zones need "
+                    f"NATS refused schedule {name!r} ({e}): cron and time zones need "
                     "nats-server 2.14 or later; check the expression"
                 )
             )
@@ -180,11 +175,11 @@ class ScheduleStore:
         if sch.get("timezone"):
             headers["Nats-Schedule-Time-Zone"] = sch["timezone"]
         body = json.dumps({"name": sch["name"]}).encode()
-        await self.js.publish(s.schedule_subject(sch["name"]), body, headers=headers)
+        await self.bus.publish(s.schedule_subject(sch["name"]), body, headers=headers)
 
     async def _undefine(self, name: str) -> None:
         for subject in (s.schedule_subject(name), s.schedule_fire_subject(name)):
-            await self.js.purge_stream(s.TIMERS_STREAM, subject=subject)
+            await self.bus.purge(s.TIMERS_STREAM, subject)
 
     async def set_paused(self, name: str, paused: bool) -> dict[str, Any]:
         if problem := schedule_name_problem(name):

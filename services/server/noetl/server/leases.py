@@ -28,15 +28,13 @@ import json
 import logging
 import os
 from collections.abc import Awaitable, Callable
-
-from nats.js import JetStreamContext
-from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
-from nats.js.kv import KeyValue
+from typing import Any
 
 from noetl.events import subjects as s
+from noetl.events.nats_port import as_bus
+from noetl.events.port import KeyExistsError, KeyValue, RevisionMismatchError
 from noetl.events.retry import describe, is_transient, retrying
 from noetl.events.runtime import cancel_and_wait
-from noetl.events.streams import ensure_kv
 
 log = logging.getLogger("noetl.server.leases")
 
@@ -50,7 +48,7 @@ def lease_ttl() -> float:
 class PartitionLeases:
     def __init__(
         self,
-        js: JetStreamContext,
+        bus: Any,
         member: str,
         partitions: int,
         *,
@@ -59,13 +57,12 @@ class PartitionLeases:
         ttl: float | None = None,
         replicas: int | None = None,
     ) -> None:
-        self.js, self.member, self.partitions = js, member, partitions
+        self.bus, self.member, self.partitions = as_bus(bus, replicas=replicas), member, partitions
         self.on_acquire, self.on_release = on_acquire, on_release
         self.ttl = self.configured_ttl = ttl if ttl is not None else lease_ttl()
         if self.ttl < 1.0:
             raise ValueError(f"lease TTL {self.ttl} s is too short: use at least 1 s (NOETL_LEASE_TTL)")
         self.tick = min(1.0, self.ttl / 4)
-        self.replicas = replicas
         self._kv: KeyValue | None = None
         self._revision: dict[int, int] = {}
         self._valid_until: dict[int, float] = {}
@@ -100,12 +97,12 @@ class PartitionLeases:
 
     async def start(self) -> None:
         """Join and take this replica's share before returning, so a lone server decides at once."""
+        # the bucket's TTL is what expires a lease, so it is the one that counts: an existing bucket
+        # is brought to ours (a changed NOETL_LEASE_TTL), and every round reads it back
+        # (``_members``) so a replica never believes in a lease longer than the bucket keeps it
         self._kv = await retrying(
-            lambda: ensure_kv(self.js, s.LEASES_BUCKET, ttl=self.ttl, replicas=self.replicas),
-            "opening the lease bucket",
+            lambda: self.bus.kv(s.LEASES_BUCKET, ttl=self.configured_ttl), "opening the lease bucket"
         )
-        # a bucket another replica has just created may not show on our node for a moment (404)
-        await retrying(self._settle_ttl, "setting the lease TTL", also=(NotFoundError,))
         await retrying(lambda: self._round(first=True), "taking partition leases")
         self._task = asyncio.create_task(self._loop(), name=f"noetl-leases-{self.member}")
 
@@ -164,7 +161,7 @@ class PartitionLeases:
             sent = loop.time()
             try:
                 self._granted(p, await kv.update(f"p{p}", self._value(), last=self._revision[p]), sent)
-            except KeyWrongLastSequenceError:
+            except RevisionMismatchError:
                 log.warning("partition %d: lease lost to another replica", p)
                 await self._release(p, delete=False)
         members = await self._members()
@@ -180,9 +177,7 @@ class PartitionLeases:
             sent = loop.time()
             try:
                 rev = await kv.create(f"p{p}", self._value())
-            except (KeyWrongLastSequenceError, KeyNotFoundError):
-                # its owner has not let go yet, or has just taken it and our node does not show
-                # the key yet (nats-py's create reads it back after a refusal): next round
+            except KeyExistsError:  # its owner has not let go yet: next round
                 continue
             self._granted(p, rev, sent)
             if not first:
@@ -195,44 +190,15 @@ class PartitionLeases:
         self._revision[partition] = revision
         self._valid_until[partition] = sent + self.ttl - self.margin
 
-    async def _settle_ttl(self) -> None:
-        """The bucket's TTL is what expires a lease, so it is the one that counts: an existing
-        bucket is brought to ours (a changed ``NOETL_LEASE_TTL``), and every round reads it back
-        (``_members``) so a replica never believes in a lease longer than the bucket keeps it."""
-        name = f"KV_{s.LEASES_BUCKET}"
-        info = await self.js.stream_info(name)
-        if info.config.max_age and abs(info.config.max_age - self.configured_ttl) > 0.01:
-            log.warning(
-                "lease TTL of %s: %.1f s, changing it to %.1f s (NOETL_LEASE_TTL)",
-                name,
-                info.config.max_age,
-                self.configured_ttl,
-            )
-            cfg = info.config.evolve(max_age=self.configured_ttl, duplicate_window=self.configured_ttl)
-            await self.js.update_stream(cfg)
-
     async def _members(self) -> list[str]:
-        """Live member ids: keys present in the bucket (the TTL drops the dead), deleted ones out."""
+        """Live member ids: keys present in the bucket (its TTL drops the dead ones)."""
         assert self._kv is not None
-        info = await self.js.stream_info(
-            f"KV_{s.LEASES_BUCKET}", subjects_filter=s.kv_subject(s.LEASES_BUCKET, "member.>")
-        )
-        if info.config.max_age:  # another replica may have changed it: never trust more than it keeps
-            self.ttl = min(self.configured_ttl, info.config.max_age)
-        prefix = s.kv_subject(s.LEASES_BUCKET, "member.")
-        out = []
-        for subject in sorted((info.state.subjects or {}) if info.state else {}):
-            member = subject[len(prefix) :]
-            if member == self.member:
-                out.append(member)
-                continue
-            try:
-                await self._kv.get(f"member.{member}")
-            except (KeyNotFoundError, KeyDeletedError):
-                continue
-            out.append(member)
-        if self.member not in out:
-            out.append(self.member)
+        stored = await self._kv.ttl()
+        if stored:  # another replica may have changed it: never trust more than the bucket keeps
+            self.ttl = min(self.configured_ttl, stored)
+        prefix = "member."
+        out = {k[len(prefix) :] for k in await self._kv.keys(prefix)}
+        out.add(self.member)
         return sorted(out)
 
     async def _release(self, partition: int, *, delete: bool) -> None:

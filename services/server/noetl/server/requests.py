@@ -10,9 +10,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
-
 from noetl.dsl.cache import digest_of, parse_playbook
 from noetl.dsl.errors import (
     CredentialScopeError,
@@ -30,10 +27,11 @@ from noetl.dsl.names import (
 )
 from noetl.engine.endings import ending
 from noetl.events import subjects as s
-from noetl.events.bus import publish_all
 from noetl.events.clock import utc_now
 from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.ids import derive_id, execution_id_for
+from noetl.events.nats_port import as_bus
+from noetl.events.port import store_all
 from noetl.store.catalog import MAX_MESSAGE_BYTES, Catalog
 from noetl.store.credentials import scope_allows
 
@@ -57,8 +55,8 @@ def _depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH + 1) -> int:
 
 
 class RequestHandler:
-    def __init__(self, js: JetStreamContext, catalog: Catalog, credentials: Any, partitions: int = 1) -> None:
-        self.js = js
+    def __init__(self, bus: Any, catalog: Catalog, credentials: Any, partitions: int = 1) -> None:
+        self.bus = as_bus(bus)
         self.catalog = catalog
         self.credentials = credentials
         self.partitions = partitions
@@ -81,7 +79,7 @@ class RequestHandler:
         execution_id = str(req.get("execution_id") or execution_id_for(request_id))
         partition = s.partition_of(execution_id, self.partitions)
         if await self._already_requested(execution_id):
-            return {"execution_id": execution_id}   # the same answer a retry of the first got
+            return {"execution_id": execution_id}  # the same answer a retry of the first got
         try:
             text, file = await self._playbook_text(req)
             playbook = parse_playbook(text, file)  # validated once per distinct text
@@ -143,7 +141,7 @@ class RequestHandler:
             del event["payload"]["playbook"]
             data = dumps(event)
         subject = s.event_subject(partition, execution_id, event["name"])
-        await publish_all(self.js, [(subject, data, event["event_id"])])
+        await store_all(self.bus, [(subject, data, event["event_id"])])
         return {"execution_id": execution_id}
 
     async def _already_requested(self, execution_id: str) -> bool:
@@ -153,11 +151,8 @@ class RequestHandler:
     async def _partition_of_recorded(self, execution_id: str) -> int | None:
         """The partition an execution was recorded in (its request event's subject), or None."""
         subject = s.execution_event_filter(execution_id, "playbook.execution.requested")
-        try:
-            msg = await self.js.get_last_msg(s.EVENTS_STREAM, subject)
-        except NotFoundError:
-            return None
-        return s.parse_event_subject(msg.subject or "")[0] if msg.subject else None
+        msg = await self.bus.last(s.EVENTS_STREAM, subject)
+        return s.parse_event_subject(msg.subject)[0] if msg is not None and msg.subject else None
 
     async def cancel(self, data: bytes) -> dict[str, Any]:
         """Record a cancel request as an engine input; the engine decides what it stops."""
@@ -187,7 +182,7 @@ class RequestHandler:
             payload={"reason": str(req.get("reason") or "cancelled by request")},
         )
         subject = s.event_subject(partition, execution_id, event["name"])
-        await publish_all(self.js, [(subject, dumps(event), event["event_id"])])
+        await store_all(self.bus, [(subject, dumps(event), event["event_id"])])
         return {"execution_id": execution_id, "cancel": "requested"}
 
     async def outside(self, subject: str, data: bytes, msg_id: str | None = None) -> dict[str, Any]:
@@ -235,17 +230,12 @@ class RequestHandler:
             payload=payload,
         )
         subject = s.event_subject(partition, execution_id, name)
-        await publish_all(self.js, [(subject, dumps(event), event["event_id"])])
+        await store_all(self.bus, [(subject, dumps(event), event["event_id"])])
         return {"execution_id": execution_id, what: "recorded", "request_id": request_id}
 
     async def _finished(self, execution_id: str) -> bool:
-        try:
-            await self.js.get_last_msg(
-                s.EVENTS_STREAM, s.execution_event_filter(execution_id, "workflow.finished")
-            )
-        except NotFoundError:
-            return False
-        return True
+        finished = s.execution_event_filter(execution_id, "workflow.finished")
+        return await self.bus.last(s.EVENTS_STREAM, finished) is not None
 
     async def reject_unrecordable(self, data: bytes, msg_id: str | None, cause: BaseException) -> None:
         """A request that failed for no reason of NATS's (a bug, input nothing foresaw) ends in
@@ -366,4 +356,4 @@ class RequestHandler:
                 parent_execution_id=req.get("parent_execution_id"),
             )
             msgs.append((s.event_subject(partition, execution_id, name), dumps(ev), ev["event_id"]))
-        await publish_all(self.js, msgs)
+        await store_all(self.bus, msgs)

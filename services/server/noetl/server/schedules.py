@@ -16,14 +16,12 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from nats.aio.client import Client as NATS
-from nats.js.api import AckPolicy, ConsumerConfig
-from nats.js.errors import NotFoundError
-
 from noetl.events import subjects as s
+from noetl.events.consume import consume
 from noetl.events.envelope import dumps
 from noetl.events.ids import execution_id_for
-from noetl.events.puller import consume
+from noetl.events.nats_port import as_bus
+from noetl.events.port import Bus, Delivery, QueueConfig
 from noetl.events.retry import retrying
 from noetl.server.requests import RequestHandler
 from noetl.store.schedules import ScheduleStore, fire_time
@@ -33,31 +31,28 @@ log = logging.getLogger("noetl.server")
 FIRE_ACK_WAIT = 10.0
 
 
-async def _running(js: Any, execution_id: str | None) -> bool:
+async def _running(bus: Bus, execution_id: str | None) -> bool:
     if not execution_id:
         return False
-    try:
-        await js.get_last_msg(s.EVENTS_STREAM, s.execution_event_filter(execution_id, "workflow.finished"))
-    except NotFoundError:
-        try:  # recorded at all? (a request refused before its event was stored never runs)
-            await js.get_last_msg(
-                s.EVENTS_STREAM, s.execution_event_filter(execution_id, "playbook.execution.requested")
-            )
-        except NotFoundError:
-            return False
-        return True
-    return False
+    finished = s.execution_event_filter(execution_id, "workflow.finished")
+    if await bus.last(s.EVENTS_STREAM, finished) is not None:
+        return False
+    # recorded at all? (a request refused before its event was stored never runs)
+    requested = s.execution_event_filter(execution_id, "playbook.execution.requested")
+    return await bus.last(s.EVENTS_STREAM, requested) is not None
 
 
-async def fire(js: Any, store: ScheduleStore, requests: RequestHandler, msg: Any) -> dict[str, Any] | None:
+async def fire(
+    bus: Bus, store: ScheduleStore, requests: RequestHandler, delivery: Delivery
+) -> dict[str, Any] | None:
     """One fire: the request it makes (None when the schedule is gone, paused or skipped)."""
-    name = msg.subject.rsplit(".", 1)[-1]
+    name = delivery.subject.rsplit(".", 1)[-1]
     sch = await store.get(name)
     if sch is None or sch.get("paused"):
         return None
-    stamped = getattr(getattr(msg, "metadata", None), "timestamp", None) or datetime.now(UTC)
-    due = fire_time(sch, (msg.headers or {}).get("Nats-Schedule-Next"), stamped).isoformat()
-    if sch.get("overlap") == "skip" and await _running(js, sch.get("last_execution_id")):
+    stamped = datetime.fromtimestamp(delivery.stamp, UTC) if delivery.stamp else datetime.now(UTC)
+    due = fire_time(sch, (delivery.headers or {}).get("Nats-Schedule-Next"), stamped).isoformat()
+    if sch.get("overlap") == "skip" and await _running(bus, sch.get("last_execution_id")):
         log.info(
             "schedule %s: the fire due %s is skipped (--overlap skip): execution %s still runs",
             name,
@@ -80,21 +75,18 @@ async def fire(js: Any, store: ScheduleStore, requests: RequestHandler, msg: Any
     return reply
 
 
-async def fire_loop(nc: NATS, requests: RequestHandler, stopping: asyncio.Event) -> None:
-    js = nc.jetstream()
-    store = await retrying(lambda: ScheduleStore.open(js), "opening noetl_schedules")
-    config = ConsumerConfig(
-        durable_name=s.SCHEDULES_CONSUMER,
-        filter_subject=s.SCHEDULE_FIRE_FILTER,
-        ack_policy=AckPolicy.EXPLICIT,
-        ack_wait=FIRE_ACK_WAIT,
-        max_deliver=-1,
+async def fire_loop(bus: Bus | Any, requests: RequestHandler, stopping: asyncio.Event) -> None:
+    """Turn schedule fires into execution requests, on whichever replica the queue hands them to."""
+    bus = as_bus(bus)
+    store = await retrying(lambda: ScheduleStore.open(bus), "opening noetl_schedules")
+    config = QueueConfig(
+        s.TIMERS_STREAM, s.SCHEDULES_CONSUMER, s.SCHEDULE_FIRE_FILTER, ack_wait=FIRE_ACK_WAIT, max_deliver=-1
     )
 
-    async def handle(m: Any) -> None:
+    async def handle(d: Delivery) -> None:
         try:
-            await retrying(lambda: fire(js, store, requests, m), "starting a scheduled execution")
+            await retrying(lambda: fire(bus, store, requests, d), "starting a scheduled execution")
         except Exception:
-            log.exception("schedule fire on %s failed; it is dropped", m.subject)
+            log.exception("schedule fire on %s failed; it is dropped", d.subject)
 
-    await consume(nc, s.TIMERS_STREAM, config, handle, stopping, batch=16, what="schedule fires")
+    await consume(bus, config, handle, stopping, batch=16, what="schedule fires")

@@ -22,25 +22,28 @@ from collections.abc import Callable
 from typing import Any
 
 import nats.errors
-from nats.aio.client import Client as NATS
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 
 from noetl.dsl.errors import DecisionUnstorableError, DeploymentError
 from noetl.engine import ExecutionState, decide, is_input, new_state
 from noetl.engine.endings import ending
 from noetl.engine.fold import replay
 from noetl.events import subjects as s
-from noetl.events.bus import read_messages
 from noetl.events.clock import utc_now
-from noetl.events.envelope import WireError, decode_event, dumps, make_event
+from noetl.events.envelope import WireError, decode_event, dumps, loads, make_event
 from noetl.events.ids import derive_id
-from noetl.events.outbox import Outbox
-from noetl.events.publisher import Publisher, ignore_result
-from noetl.events.puller import Puller, PullError, ack_stored, consumer_sequence, stream_sequence
+from noetl.events.nats_port import as_bus
+from noetl.events.port import (
+    BusError,
+    Delivery,
+    KeyExistsError,
+    Message,
+    QueueConfig,
+    ReaderLostError,
+    RefusedError,
+)
 from noetl.events.retry import describe, is_transient, retrying
 from noetl.events.runtime import cancel_and_wait, process_id
-from noetl.events.streams import ensure_all, ensure_consumer, replicated
+from noetl.events.streams import replicated
 from noetl.server import schedules, timers
 from noetl.server.lanes import SLOW_DECISION_S, SlowLanes
 from noetl.server.leases import PartitionLeases
@@ -53,17 +56,15 @@ BATCH = 256
 CHECKPOINT_EVERY = 0.1  # seconds
 # events someone waits for (clients follow an execution to its end): acknowledged one by one
 _WAITED_FOR = frozenset({"workflow.finished", "playbook.processed"})
-_NATS_ERRORS = (nats.errors.Error,)
+_NATS_ERRORS = (nats.errors.Error, BusError)
 # a request taken by a replica that then died goes to another one after this many seconds
 REQUEST_ACK_WAIT = 10.0
-# a partition reader idle this long asks whether its consumer still exists (its node may be gone)
-_CONSUMER_CHECK_EVERY = 3.0
 
 
 class Server:
     def __init__(
         self,
-        nc: NATS,
+        bus: Any,
         *,
         partitions: int | None = None,
         owned: list[int] | None = None,
@@ -74,9 +75,9 @@ class Server:
     ) -> None:
         """``partitions`` None takes the count recorded in JetStream (``DEFAULT_PARTITIONS`` on a new
         deployment). The partitions this server decides for come from the leases; ``owned`` fixes
-        them instead, and ``leases=False`` takes them all (a private NATS with one server)."""
-        self.nc = nc
-        self.js = nc.jetstream()
+        them instead, and ``leases=False`` takes them all (a private NATS with one server).
+        ``bus``: the bus port (``noetl.events.port``), or a nats-py connection to wrap in one."""
+        self.bus: Any = as_bus(bus, replicas=replicas)
         self._partitions_arg = partitions
         self.partitions = partitions or s.DEFAULT_PARTITIONS
         self._static = owned
@@ -94,7 +95,8 @@ class Server:
         self.decided = 0
         self._unsaved: dict[int, int] = {}  # partition -> stored stream sequence not checkpointed yet
         self._next_save: dict[int, float] = {}
-        self._readers = 0  # consumers created, for unique names
+        self._readers = 0  # readers opened, for unique names
+        self._background: set[asyncio.Task[None]] = set()
         self.leases: PartitionLeases | None = None
         self.lanes = SlowLanes(self._decide_known, self._store_lane)
         # sees every input the engine decides on and every event it writes (metrics)
@@ -105,26 +107,25 @@ class Server:
         return sorted(self._loops)
 
     async def start(self) -> None:
-        await ensure_all(self.js, self.replicas)
+        await retrying(lambda: self.bus.prepare(self.replicas), "declaring streams")
         if self.credentials is None:
             from noetl.store.credentials import CredentialStore
 
             self.credentials = await retrying(
-                lambda: CredentialStore.open(self.js, None), "opening credentials"
+                lambda: CredentialStore.open(self.bus, None), "opening credentials"
             )
-        self.catalog = await retrying(lambda: Catalog.open(self.js), "opening the catalog")
-        self.kv = await retrying(lambda: self.js.key_value(s.SERVER_BUCKET), "opening noetl_server")
+        self.catalog = await retrying(lambda: Catalog.open(self.bus), "opening the catalog")
+        self.kv = await retrying(lambda: self.bus.kv(s.SERVER_BUCKET), "opening noetl_server")
+        self.iter_kv = await retrying(lambda: self.bus.kv(s.ITER_BUCKET), "opening noetl_iter")
         self.partitions = await retrying(self._settle_partitions, "reading the partition count")
-        self.requests = RequestHandler(self.js, self.catalog, self.credentials, self.partitions)
-        for p in range(self.partitions):  # readers of versions before the leases: durable, now unused
-            with contextlib.suppress(Exception):
-                old = s.partition_reader_name(p)
-                await self.nc.publish(s.consumer_delete_subject(s.EVENTS_STREAM, old), b"")
+        self.requests = RequestHandler(self.bus, self.catalog, self.credentials, self.partitions)
         self._tasks.append(asyncio.create_task(self._request_loop(), name="noetl-requests"))
-        self._tasks.append(asyncio.create_task(timers.due_loop(self.nc, self._stopping), name="noetl-timers"))
+        self._tasks.append(
+            asyncio.create_task(timers.due_loop(self.bus, self._stopping), name="noetl-timers")
+        )
         self._tasks.append(
             asyncio.create_task(
-                schedules.fire_loop(self.nc, self.requests, self._stopping), name="noetl-schedules"
+                schedules.fire_loop(self.bus, self.requests, self._stopping), name="noetl-schedules"
             )
         )
         if self._static is not None or self._all:
@@ -132,7 +133,7 @@ class Server:
                 await self._start_partition(p)
         else:
             self.leases = PartitionLeases(
-                self.js,
+                self.bus,
                 self.member,
                 self.partitions,
                 on_acquire=self._start_partition,
@@ -155,28 +156,25 @@ class Server:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
+        for t in list(self._background):
+            await cancel_and_wait(t)
 
     async def _settle_partitions(self) -> int:
         """The partition count is fixed when the event log is first used: every replica must map an
         execution id to the same partition, and the workers publish to the partition a command
         names. A different ``--partitions`` later is refused rather than splitting the log."""
-        try:
-            recorded: int | None = int((await self.kv.get(s.PARTITIONS_KEY)).value or b"0") or None
-        except KeyNotFoundError:
-            recorded = None
-        if recorded is None:
+        entry = await self.kv.get(s.PARTITIONS_KEY)
+        recorded = int(entry.value or b"0") if entry is not None else 0
+        if not recorded:
             want = self._partitions_arg or s.DEFAULT_PARTITIONS
             try:
                 await self.kv.create(s.PARTITIONS_KEY, str(want).encode())
                 return want
-            except (KeyWrongLastSequenceError, KeyNotFoundError):
+            except KeyExistsError:
                 # another replica recorded it first; our node may not show it for a moment
-                loop = asyncio.get_running_loop()
+                deadline = asyncio.get_running_loop().time() + 10
                 entry = await retrying(
-                    lambda: self.kv.get(s.PARTITIONS_KEY),
-                    "reading the partition count",
-                    also=(KeyNotFoundError,),
-                    deadline=loop.time() + 10,
+                    self._recorded, "reading the partition count", also=(LookupError,), deadline=deadline
                 )
                 recorded = int(entry.value or b"0")
         if self._partitions_arg is not None and self._partitions_arg != recorded:
@@ -186,6 +184,12 @@ class Server:
                 f"--partitions {recorded}, or leave --partitions out to use the recorded count"
             )
         return recorded
+
+    async def _recorded(self) -> Any:
+        entry = await self.kv.get(s.PARTITIONS_KEY)
+        if entry is None:
+            raise LookupError(f"{s.PARTITIONS_KEY} not shown yet")
+        return entry
 
     async def _start_partition(self, partition: int) -> None:
         if partition not in self._loops:
@@ -208,20 +212,18 @@ class Server:
     # --- requests ------------------------------------------------------------------------
 
     async def _request_loop(self) -> None:
-        durable = "noetl-server-requests"
-        config = ConsumerConfig(
-            durable_name=durable,
-            filter_subject=s.REQUESTS_FILTER,
-            ack_policy=AckPolicy.EXPLICIT,
+        config = QueueConfig(
+            stream=s.REQUESTS_STREAM,
+            consumer="noetl-server-requests",
+            filter=s.REQUESTS_FILTER,
             ack_wait=REQUEST_ACK_WAIT,
             max_deliver=5,
         )
-        await retrying(lambda: ensure_consumer(self.js, s.REQUESTS_STREAM, config), "request consumer")
-        puller = await Puller(self.nc, s.REQUESTS_STREAM, durable).start()
+        queue = await retrying(lambda: self.bus.queue(config), "request consumer")
         try:
             while not self._stopping.is_set():
                 try:
-                    msgs = await puller.fetch(64, wait=1.0)
+                    msgs = await queue.fetch(64, 1.0)
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # connection blips: keep the loop alive
@@ -237,12 +239,12 @@ class Server:
                     await self._request(m)
         finally:
             with contextlib.suppress(Exception):
-                await puller.stop(nak=True)  # requests delivered and not handled: to the next server now
+                await queue.close(nak=True)  # requests delivered and not handled: to the next server now
 
-    async def _request(self, m: Any) -> None:
+    async def _request(self, m: Delivery) -> None:
         """Recorded with the same ids until it is stored (through an election, holding the message
         with in-progress acks), then acknowledged; only a failure of its own is nak'ed."""
-        msg_id = (m.headers or {}).get("Nats-Msg-Id")
+        msg_id = m.msg_id
 
         async def attempt() -> Any:
             if m.subject == s.CANCEL_SUBJECT:
@@ -267,16 +269,13 @@ class Server:
                 return
         finally:
             holding.cancel()
-        await ack_stored(m, "acknowledging a request")
+        await m.ack()
 
     # --- engine inputs -------------------------------------------------------------------
 
     async def _checkpoint(self, partition: int) -> int:
-        try:
-            e = await self.kv.get(s.checkpoint_key(partition))
-            return int(e.value or b"0")
-        except KeyNotFoundError:
-            return 0
+        e = await self.kv.get(s.checkpoint_key(partition))
+        return int(e.value or b"0") if e is not None else 0
 
     async def _partition_loop(self, partition: int) -> None:
         """Decide the partition's inputs in stream order, from the checkpoint on, while we own it.
@@ -297,7 +296,7 @@ class Server:
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:
-                    (log.info if is_transient(e) or isinstance(e, PullError) else log.exception)(
+                    (log.info if is_transient(e) or isinstance(e, BusError) else log.exception)(
                         "partition %d: reader stopped (%s); a new one starts at %d",
                         partition,
                         describe(e),
@@ -310,66 +309,39 @@ class Server:
                 await self._checkpoint_to(partition, None, now=True)
 
     async def _read_from(self, partition: int, start: int) -> int:
-        """Read from stream sequence ``start`` until the consumer breaks; returns where to go on."""
+        """Read from stream sequence ``start`` until the reader breaks; returns where to go on."""
         self._readers += 1
         name = s.partition_reader_name(partition, self.member, self._readers)
-        cfg = ConsumerConfig(
-            name=name,
-            ack_policy=AckPolicy.NONE,
-            filter_subjects=s.partition_input_filters(partition),
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=start,
-            mem_storage=True,
-            num_replicas=1,
-            inactive_threshold=30.0,
+        filters = s.partition_input_filters(partition)
+        reader = await retrying(
+            lambda: self.bus.reader(s.EVENTS_STREAM, filters, start_seq=start, name=name),
+            f"partition {partition}: reader",
         )
-        await retrying(lambda: self.js.add_consumer(s.EVENTS_STREAM, cfg), f"partition {partition}: reader")
-        loop = asyncio.get_running_loop()
-        puller = await Puller(self.nc, s.EVENTS_STREAM, name, batch=BATCH).start()
-        expected = 1
-        idle_since = loop.time()
         try:
             while not self._stopping.is_set() and self._may_decide(partition):
-                batch = await puller.fetch(BATCH, wait=1.0)
+                try:
+                    batch = await reader.fetch(BATCH, 1.0)
+                except ReaderLostError as e:
+                    log.warning("partition %d: %s; reading again from %d", partition, e, start)
+                    return start
                 if not batch:
                     await self._checkpoint_to(partition, None, now=True)
-                    if loop.time() - idle_since >= _CONSUMER_CHECK_EVERY:
-                        idle_since = loop.time()
-                        try:
-                            await self.js.consumer_info(s.EVENTS_STREAM, name, timeout=2.0)
-                        except NotFoundError:
-                            return start  # gone with its node: read again from where we are
-                        except Exception as e:
-                            if not is_transient(e):
-                                raise
                     continue
-                idle_since = loop.time()
-                good = []
-                for m in batch:
-                    if consumer_sequence(m) != expected:
-                        break  # a message lost on the way: never decide past a gap
-                    expected += 1
-                    good.append(m)
-                if good:
-                    await self._process_batch(partition, good)
-                    start = stream_sequence(good[-1]) + 1
-                if len(good) < len(batch):
-                    log.warning("partition %d: a gap in the inputs; reading again from %d", partition, start)
-                    return start
+                await self._process_batch(partition, batch)
+                start = batch[-1].seq + 1
             return start
         finally:
-            await puller.stop()
             with contextlib.suppress(Exception):
-                await self.nc.publish(s.consumer_delete_subject(s.EVENTS_STREAM, name), b"")
+                await reader.close()
 
-    async def _process_batch(self, partition: int, batch: list[Any]) -> None:
+    async def _process_batch(self, partition: int, batch: list[Message]) -> None:
         # outputs by execution: stored together, or one execution at a time for the rare batch
         # JetStream can never store (``_store_each``)
         groups: dict[str, _Outputs] = {}
         ended_loops: list[tuple[str, str]] = []
         last_seq = 0
         for msg in batch:
-            last_seq = stream_sequence(msg)
+            last_seq = msg.seq
             try:
                 event = decode_event(msg.data)
             except WireError as e:
@@ -434,9 +406,9 @@ class Server:
         for eid, g in groups.items():
             state = self.states.get(eid)
             if state is not None and state.finished and timers.uses_timers(state.playbook):
-                await timers.disarm(self.nc, eid)
+                await timers.disarm(self.bus, eid)
             elif g.disarm:
-                await timers.disarm(self.nc, eid, g.disarm)
+                await timers.disarm(self.bus, eid, g.disarm)
 
     def _forget_finished(self) -> None:
         for eid in [e for e, st in self.states.items() if st.finished]:
@@ -529,10 +501,10 @@ class Server:
 
         async def attempt() -> None:
             if objects:
-                obs = await self.js.object_store(s.RESULTS_BUCKET)
+                obs = await self.bus.objects(s.RESULTS_BUCKET)
                 for key, data in objects:
                     await obs.put(key, data)
-            outbox = Outbox(self.nc, confirm_every=None, ack_all=self._ack_all)
+            outbox = self.bus.outbox(ack_all=self._ack_all, confirm_every=None)
             last = len(events) - 1
             for i, (subject, data, msg_id, waited_for) in enumerate(events):
                 await outbox.send(subject, data, msg_id, ack=waited_for or i == last)
@@ -540,7 +512,7 @@ class Server:
                 await outbox.send(subject, data, msg_id, ack=True)
             await outbox.confirm()
             if armed:
-                await timers.arm(self.js, armed)
+                await timers.arm(self.bus, armed)
             # the checkpoint moves only after the decisions are stored
             if seq is not None:
                 await self._checkpoint_to(partition, seq)
@@ -566,18 +538,26 @@ class Server:
             seq = floor - 1  # a slow lane has not stored it yet; the rest is written when it has
         else:
             del self._unsaved[partition]
-        key = s.kv_subject(s.SERVER_BUCKET, s.checkpoint_key(partition))
-        await self.nc.publish(key, str(seq).encode())
+        await self.kv.put_nowait(s.checkpoint_key(partition), str(seq).encode())
 
     async def _purge_snapshots(self, loops: list[tuple[str, str]]) -> None:
         """One purge per ended loop instead of one per iteration; not awaited: a purge lost to a
         crash leaves snapshots of finished iterations, which nothing reads again."""
-        pub = await Publisher.of(self.nc)
         for execution_id, run_id in loops:
-            req = dumps({"filter": s.iter_snapshots_filter(execution_id, run_id)})
-            with contextlib.suppress(Exception):
-                fut = await pub.publish(s.stream_purge_subject(s.ITER_STREAM), req)
-                fut.add_done_callback(ignore_result)
+            self._in_background(self.iter_kv.purge(s.iter_snapshot_keys(execution_id, run_id)))
+
+    def _in_background(self, work: Any) -> None:
+        """Work nobody waits for; its failure only leaves something unread behind (logged)."""
+
+        async def run() -> None:
+            try:
+                await work
+            except Exception as e:
+                log.info("background work failed: %s", describe(e))
+
+        task = asyncio.create_task(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _until_stored(self, attempt: Any) -> None:
         """Decisions are made once and have fixed ids: on a NATS outage, publish them again. A
@@ -590,7 +570,7 @@ class Server:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                if _never_storable(e):
+                if isinstance(e, RefusedError):
                     raise _Unstorable(str(e)) from e
                 log.warning("storing decisions failed (%s); retrying in %.1f s", e, delay)
                 await asyncio.sleep(delay)
@@ -638,10 +618,10 @@ class Server:
         return decide(state, event)
 
     async def _rebuild(self, execution_id: str, before_seq: int) -> ExecutionState | None:
-        msgs = await read_messages(
-            self.js, s.EVENTS_STREAM, s.execution_input_filters(execution_id), before_seq=before_seq
+        msgs = await self.bus.read(
+            s.EVENTS_STREAM, s.execution_input_filters(execution_id), before_seq=before_seq
         )
-        state, _ = replay([await self.catalog.with_playbook_text(e) for _, e in msgs])
+        state, _ = replay([await self.catalog.with_playbook_text(loads(m.data)) for m in msgs])
         return state
 
 
@@ -669,12 +649,3 @@ class _Outputs:
 
 class _Unstorable(Exception):
     """JetStream refused a batch for a reason no retry changes."""
-
-
-def _never_storable(e: BaseException) -> bool:
-    """Refusals of the message itself, never of the moment: a payload over ``max_payload``, a bad
-    subject, a stream answering 400 (e.g. message size exceeds the stream's maximum). Anything
-    else might pass with time and is retried."""
-    if isinstance(e, nats.errors.MaxPayloadError | nats.errors.BadSubjectError):
-        return True
-    return isinstance(e, APIError) and e.code == 400 and not is_transient(e)

@@ -16,54 +16,58 @@ has already ended.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
-from nats.aio.client import Client as NATS
-from nats.js.api import AckPolicy, ConsumerConfig
-
 from noetl.events import subjects as s
-from noetl.events.bus import publish_all
 from noetl.events.clock import utc_now
+from noetl.events.consume import consume
 from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.ids import derive_id
-from noetl.events.publisher import Publisher, ignore_result
-from noetl.events.puller import consume
+from noetl.events.nats_port import as_bus
+from noetl.events.port import Bus, Delivery, QueueConfig
 from noetl.events.retry import retrying
 
 log = logging.getLogger("noetl.server")
 
 TIMER_ACK_WAIT = 10.0
 
+_purging: set[asyncio.Task[None]] = set()  # disarms under way (a task nobody holds may be collected)
 
-async def arm(js: Any, timers: list[dict[str, Any]]) -> None:
+
+async def arm(bus: Bus | Any, timers: list[dict[str, Any]]) -> None:
     """Store timer definitions; JetStream publishes each on ``noetl.timers.due`` at its ``at``."""
+    bus = as_bus(bus)
     for t in timers:
-        await js.publish(
+        await bus.publish(
             s.timer_subject(t["execution_id"], t["timer_id"]),
             dumps(t),
-            headers={
-                "Nats-Schedule": f"@at {t['at']}",
-                "Nats-Schedule-Target": s.TIMER_DUE_SUBJECT,
-                "Nats-Msg-Id": f"timer-{t['timer_id']}",
-            },
+            msg_id=f"timer-{t['timer_id']}",
+            headers={"Nats-Schedule": f"@at {t['at']}", "Nats-Schedule-Target": s.TIMER_DUE_SUBJECT},
         )
 
 
-async def disarm(nc: NATS, execution_id: str, timer_ids: list[str] | None = None) -> None:
-    """Purge timer definitions (of one execution, or all of it when ``timer_ids`` is None). Not
-    awaited: a timer that fires anyway is ignored by the engine."""
-    pub = await Publisher.of(nc)
+async def disarm(bus: Bus | Any, execution_id: str, timer_ids: list[str] | None = None) -> None:
+    """Purge timer definitions (of one execution, or all of it when ``timer_ids`` is None). Returns
+    at once, the purges go on in a task: a timer that fires anyway is ignored by the engine, so
+    nothing waits for them and a failed one is only logged."""
+    bus = as_bus(bus)
     filters = (
         [s.execution_timers_filter(execution_id)]
         if timer_ids is None
         else [s.timer_subject(execution_id, t) for t in timer_ids]
     )
+    task = asyncio.create_task(_purge(bus, filters), name=f"noetl-disarm-{execution_id}")
+    _purging.add(task)
+    task.add_done_callback(_purging.discard)
+
+
+async def _purge(bus: Bus, filters: list[str]) -> None:
     for f in filters:
-        with contextlib.suppress(Exception):
-            fut = await pub.publish(s.stream_purge_subject(s.TIMERS_STREAM), dumps({"filter": f}))
-            fut.add_done_callback(ignore_result)
+        try:
+            await bus.purge(s.TIMERS_STREAM, f)
+        except Exception as e:
+            log.info("disarming timers %s: %s (a late fire is ignored)", f, e)
 
 
 def fired_event(timer: dict[str, Any]) -> tuple[str, bytes, str]:
@@ -88,26 +92,22 @@ def fired_event(timer: dict[str, Any]) -> tuple[str, bytes, str]:
     )
 
 
-async def due_loop(nc: NATS, stopping: asyncio.Event) -> None:
-    """Record due timers as ``timer.fired`` inputs, on whichever replica the consumer picks."""
-    js = nc.jetstream()
-    config = ConsumerConfig(
-        durable_name=s.TIMERS_CONSUMER,
-        filter_subject=s.TIMER_DUE_SUBJECT,
-        ack_policy=AckPolicy.EXPLICIT,
-        ack_wait=TIMER_ACK_WAIT,
-        max_deliver=-1,
+async def due_loop(bus: Bus | Any, stopping: asyncio.Event) -> None:
+    """Record due timers as ``timer.fired`` inputs, on whichever replica the queue hands them to."""
+    bus = as_bus(bus)
+    config = QueueConfig(
+        s.TIMERS_STREAM, s.TIMERS_CONSUMER, s.TIMER_DUE_SUBJECT, ack_wait=TIMER_ACK_WAIT, max_deliver=-1
     )
 
-    async def handle(m: Any) -> None:
+    async def handle(d: Delivery) -> None:
         try:
-            fired = fired_event(loads(m.data))
+            subject, data, event_id = fired_event(loads(d.data))
         except (ValueError, KeyError, TypeError):
-            log.warning("ignored a malformed timer on %s", m.subject)
+            log.warning("ignored a malformed timer on %s", d.subject)
             return  # acknowledged: dropped
-        await retrying(lambda: publish_all(js, [fired]), "recording a due timer")
+        await retrying(lambda: bus.publish(subject, data, msg_id=event_id), "recording a due timer")
 
-    await consume(nc, s.TIMERS_STREAM, config, handle, stopping, what="due timers")
+    await consume(bus, config, handle, stopping, what="due timers")
 
 
 def uses_timers(playbook: Any) -> bool:

@@ -21,7 +21,7 @@ from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.histogram import Histogram
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
-from noetl.events.objects import is_reference, resolve_on
+from noetl.events.objects import is_reference, resolve
 from noetl.events.retry import retrying
 from noetl.worker.output import INLINE_OUTPUT_BYTES, TaskOutput
 from noetl.worker.pipeline import Pipeline, Snapshot
@@ -229,7 +229,7 @@ class LocalLoop(_Command):
         if not is_reference(items):
             return items  # type: ignore[no-any-return]
         ref = items
-        return await retrying(lambda: resolve_on(self.worker.bus, ref), "reading loop items")  # type: ignore[no-any-return]
+        return await retrying(lambda: resolve(self.worker.bus, ref), "reading loop items")  # type: ignore[no-any-return]
 
     def _iteration(self, i: int, item: Any) -> dict[str, Any]:
         iter_: dict[str, Any] = {self.local["iterator"]: item, "index": i}

@@ -11,11 +11,11 @@ from typing import Any
 
 from noetl.events import subjects as s
 from noetl.events.envelope import dumps
-from noetl.events.objects import resolve, resolve_on
+from noetl.events.objects import resolve
 from noetl.events.refs import is_reference, make_reference
 from noetl.events.retry import retrying
 
-__all__ = ["externalize", "is_reference", "resolve", "resolve_on"]
+__all__ = ["externalize", "is_reference", "resolve"]
 
 DEFAULT_LIMIT = 65_536
 
