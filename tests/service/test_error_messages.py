@@ -1,6 +1,6 @@
-"""Run-time errors say where they happened and what was there, through a real server and worker
-(real nats-server): a python task's failing line with its code, an undefined template name with
-the names that are defined, and `noetl run`/`noetl status` printing the playbook line."""
+"""Run-time errors say where they happened, through a real server and worker (real nats-server): a
+python task's failing line with its code, and `noetl run`/`noetl status` printing the playbook
+line (undefined template names: tests/unit/server/test_error_messages.py)."""
 
 from __future__ import annotations
 
@@ -26,21 +26,6 @@ workflow:
               price = row['price']
               total = row['amount'] * price
               return total
-"""
-
-ITER_UNDEFINED = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: iter_undefined}
-workload: {items: [1, 2]}
-workflow:
-  - step: start
-    loop: {in: "{{ workload.items }}", iterator: n}
-    tool:
-      - name: show
-        kind: noop
-        result:
-          value: "{{ iter.num }}"
 """
 
 
@@ -70,42 +55,3 @@ async def test_python_error_names_task_step_line_and_code(nc, services) -> None:
     assert f"  at line {err['playbook_line']} of playbook tests/py_fails" in summary(status)
 
 
-async def test_undefined_iter_attribute_lists_what_iter_has(nc, services) -> None:  # type: ignore[no-untyped-def]
-    out = await _run(nc, ITER_UNDEFINED)
-    assert out["status"] == "failed"
-    err = out["error"]
-    assert err["kind"] == "template_error"
-    assert err["message"] == ("'iter.num' is undefined (iter has: index, n) in "
-                              "workflow[0].tool[0].result.value")
-    shown = summary(out, "iter_undefined.yaml", ITER_UNDEFINED)
-    line = ITER_UNDEFINED.splitlines().index('          value: "{{ iter.num }}"') + 1
-    assert f"\n  at iter_undefined.yaml:{line}" in shown
-
-
-async def test_undefined_top_level_name_lists_the_namespaces_never_values(  # type: ignore[no-untyped-def]
-    nc, services
-) -> None:
-    text = ITER_UNDEFINED.replace("{{ iter.num }}", "{{ itr.num }}")
-    out = await _run(nc, text)
-    message = out["error"]["message"]
-    assert message == ("'itr.num' is undefined (itr is undefined; defined here: args, ctx, execution_id, "
-                       "iter, keychain, workload, _attempt, _prev, _task) in "
-                       "workflow[0].tool[0].result.value")
-    # on the server too: an arc's args see event, not iter
-    routed = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: arc_undefined}
-workload: {token: s3cr3t-value}
-workflow:
-  - step: start
-    tool: {kind: noop, result: 1}
-    next: {arcs: [{step: after, args: {x: "{{ event.result.total }}"}}]}
-  - step: after
-    tool: {kind: noop}
-"""
-    out = await _run(nc, routed)
-    message = out["error"]["message"]
-    assert message == ("'event.result.total' is undefined (event.result is an int, not a mapping) in "
-                       "workflow[0].next.arcs[0].args.x")
-    assert "s3cr3t" not in message

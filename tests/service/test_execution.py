@@ -17,7 +17,7 @@ import pytest
 
 from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
-from noetl.events.bus import read_execution_events, read_messages
+from noetl.events.bus import read_messages
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,36 +42,6 @@ workflow:
             rules:
               - else: {then: {do: continue, set_ctx: {doubled: "{{ outcome.result }}"}}}
 """
-
-
-async def test_execution_runs_through_jetstream(nc, services) -> None:  # type: ignore[no-untyped-def]
-    out = await run_and_wait(
-        nc, {"request_id": uuid.uuid4().hex, "playbook": CHAIN, "payload": {"n": 21}}, timeout=30
-    )
-    assert out["status"] == "success"
-    assert out["result"] == 42 and out["ctx"] == {"doubled": 42}
-    names = [e["name"] for e in out["events"]]
-    assert names[0] == "playbook.execution.requested" and names[-1] == "playbook.processed"
-    assert {"step.started", "task.started", "task.done", "step.done", "next.evaluated"} <= set(names)
-    # the same events are in the stream, under the documented subjects
-    info = await nc.jetstream().stream_info(s.EVENTS_STREAM)
-    assert info.state.messages >= len(names)
-
-
-async def test_same_request_id_runs_once(nc, services) -> None:  # type: ignore[no-untyped-def]
-    rid = uuid.uuid4().hex
-    first = await run_and_wait(nc, {"request_id": rid, "playbook": CHAIN}, timeout=30)
-    second = await run_and_wait(nc, {"request_id": rid, "playbook": CHAIN}, timeout=30)
-    assert first["execution_id"] == second["execution_id"]
-    events = await read_execution_events(nc.jetstream(), first["execution_id"])
-    assert [e["name"] for e in events].count("workflow.started") == 1
-
-
-async def test_invalid_inline_playbook_is_rejected_with_problems(nc, services) -> None:  # type: ignore[no-untyped-def]
-    bad = CHAIN.replace("kind: python", "kind: teleport")
-    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": bad}, timeout=30)
-    assert out["status"] == "failed" and out["error"]["kind"] == "playbook_invalid"
-    assert "teleport" in json.dumps(out["error"])
 
 
 def test_noetl_run_command_json_contract(tmp_path: Path) -> None:
@@ -192,136 +162,6 @@ def test_noetl_run_invalid_exits_2(tmp_path: Path) -> None:
     assert p.returncode == 2 and "vars" in p.stderr
 
 
-WORKBOOK_SPEC = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: wb, path: tests/wb}
-workbook:
-  tasks:
-    slow:
-      kind: python
-      spec:
-        timeout: 0.3
-        policy:
-          rules:
-            - when: "{{ outcome.status == 'error' }}"
-              then: {do: fail}
-      code: |
-        import time
-        def main():
-            time.sleep(2)
-            return 1
-workflow:
-  - step: start
-    tool:
-      - name: use
-        kind: workbook
-        task: slow
-        spec:
-          policy:
-            rules:
-              - when: "{{ outcome.status == 'error' and outcome.error.kind == 'timeout' }}"
-                then: {do: continue, set_ctx: {timed_out: true}}
-"""
-
-
-async def test_workbook_template_spec_applies_and_is_not_rendered(nc, services) -> None:  # type: ignore[no-untyped-def]
-    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": WORKBOOK_SPEC}, timeout=30)
-    assert out["status"] == "success" and out["ctx"] == {"timed_out": True}
-
-
-WORKBOOK_POLICY = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: wb-policy, path: tests/wb-policy}
-workbook:
-  tasks:
-    flaky:
-      kind: python
-      args: {attempt: "{{ _attempt }}"}
-      code: |
-        def main(attempt):
-            if attempt < 3:
-                raise RuntimeError("not yet")
-            return attempt
-      spec:
-        policy:
-          rules:
-            - when: "{{ outcome.status == 'error' }}"
-              then: {do: retry, attempts: 3, delay: 0}
-            - else: {then: {do: continue, set_ctx: {took: "{{ outcome.result }}"}}}
-workflow:
-  - step: start
-    tool:
-      - {name: use, kind: workbook, task: flaky}
-"""
-
-
-async def test_workbook_template_policy_decides_when_the_task_has_none(nc, services) -> None:  # type: ignore[no-untyped-def]
-    """Without its template's rules the first error would fail the step (no policy: fail)."""
-    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": WORKBOOK_POLICY}, timeout=30)
-    assert out["status"] == "success" and out["ctx"] == {"took": 3}
-
-
-SNAPSHOTTING_LOOP = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: snapshots, path: tests/snapshots}
-workflow:
-  - step: start
-    next: {arcs: [{step: work}]}
-  - step: work
-    loop: {in: "{{ range(6) | list }}", iterator: item, spec: {mode: parallel, max_in_flight: 6}}
-    tool:
-      - {name: a, kind: noop, result: "{{ iter.item }}"}
-      - name: b
-        kind: python
-        code: |
-          import time
-          def main():
-              time.sleep(0.6)
-              return 1
-"""
-
-
-async def _snapshot_count(nc: Any, execution_id: str) -> int:
-    from nats.js.errors import NotFoundError
-
-    try:
-        info = await nc.jetstream().stream_info(
-            s.ITER_STREAM, subjects_filter=f"$KV.{s.ITER_BUCKET}.{execution_id}.>"
-        )
-    except NotFoundError:
-        return 0
-    return len(info.state.subjects or {})
-
-
-async def test_a_finished_loop_leaves_no_iteration_snapshots(nc, services) -> None:  # type: ignore[no-untyped-def]
-    """Each iteration writes a snapshot after task a; the server purges them all when the loop ends."""
-    import asyncio
-
-    from noetl.events.ids import execution_id_for
-
-    rid = uuid.uuid4().hex
-    eid = execution_id_for(rid)
-    request = {"request_id": rid, "playbook": SNAPSHOTTING_LOOP}
-    run = asyncio.create_task(run_and_wait(nc, request, timeout=30))
-    seen = 0
-    for _ in range(50):  # while task b sleeps, every iteration's snapshot is in the bucket
-        seen = max(seen, await _snapshot_count(nc, eid))
-        if seen == 6 or run.done():
-            break
-        await asyncio.sleep(0.05)
-    out = await run
-    assert out["status"] == "success" and out["result"] == [1] * 6
-    assert seen == 6
-    for _ in range(50):
-        if await _snapshot_count(nc, eid) == 0:
-            break
-        await asyncio.sleep(0.05)
-    assert await _snapshot_count(nc, eid) == 0
-
-
 async def test_checkpoints_are_written_sparingly_and_catch_up_when_idle(nc, services) -> None:  # type: ignore[no-untyped-def]
     """A sequential chain is one input per batch; the checkpoint is not written after every one."""
     import asyncio
@@ -352,18 +192,6 @@ async def test_checkpoints_are_written_sparingly_and_catch_up_when_idle(nc, serv
         seq for seq, e in await read_messages(js, s.EVENTS_STREAM, s.partition_input_filters(partition)) if e
     )
     assert int(entry.value) == last_input <= inputs.state.last_seq
-
-
-async def test_a_failing_metrics_observer_does_not_stop_decisions(nc, services) -> None:  # type: ignore[no-untyped-def]
-    server, _ = services
-
-    def broken(event: dict[str, Any]) -> None:
-        raise RuntimeError("metrics bug")
-
-    server.observer = broken
-    request = {"request_id": uuid.uuid4().hex, "playbook": CHAIN, "payload": {"n": 2}}
-    out = await run_and_wait(nc, request, timeout=30)
-    assert out["status"] == "success" and out["result"] == 4
 
 
 NOOP_LOOP = """

@@ -17,7 +17,7 @@ import httpx
 import nats
 import pytest
 
-from noetl.client.run import finished_event, pause, resume, signal, submit
+from noetl.client.run import finished_event, pause, resume, submit
 from noetl.events.bus import read_execution_events
 from noetl.server.api import ApiServer, NatsApiService
 from noetl.server.api.queries import execution_status
@@ -196,49 +196,8 @@ async def test_approval_signalled_through_each_interface(stack) -> None:  # type
     assert r.status_code == 400 and "signal name" in r.json()["error"]["message"]
 
 
-async def test_a_signal_sent_early_waits_in_the_queue(stack) -> None:  # type: ignore[no-untyped-def]
-    nc = stack["nc"]
-    text = APPROVAL.replace(
-        "next: {arcs: [{step: approve}]}",
-        'tool: [{name: w, kind: python, code: "import time\\ndef main():\\n    time.sleep(0.5)"}]\n'
-        "    next: {arcs: [{step: approve}]}",
-    )
-    eid = await start(nc, text)
-    await until(lambda: _has(nc, eid, "step.started"))
-    out = await signal(nc.jetstream(), eid, "approval", {"approved": True})
-    assert out["signal"] == "sent", out
-    assert (await finished(nc, eid))["result"] == "shipped"
-
-
 async def _has(nc: Any, eid: str, name: str) -> bool:
     return any(e["name"] == name for e in await read_execution_events(nc.jetstream(), eid))
-
-
-async def test_step_timeout_routes_and_the_worker_stops_the_task(stack) -> None:  # type: ignore[no-untyped-def]
-    nc = stack["nc"]
-    began = time.monotonic()
-    eid = await start(nc, TIMEOUT)
-    fin = await finished(nc, eid)
-    assert fin["status"] == "success" and fin["result"] == "routed"
-    assert time.monotonic() - began < 10
-    events = await read_execution_events(nc.jetstream(), eid)
-    failed = [e for e in events if e["name"] == "step.failed" and e["entity_id"] == "start"]
-    assert failed[0]["source"] == "server" and failed[0]["payload"]["error"]["kind"] == "step_timeout"
-    assert "step.cancelled" in [e["name"] for e in events]
-    # the worker was interrupted: its own terminal event comes at once, not after the 30 s sleep
-    await until(lambda: _worker_ended(nc, eid), timeout=5)
-
-
-async def _worker_ended(nc: Any, eid: str) -> bool:
-    events = await read_execution_events(nc.jetstream(), eid)
-    return any(e["name"] == "step.failed" and e["source"] == "worker" for e in events)
-
-
-async def test_execution_time_limit_fails_the_execution(stack) -> None:  # type: ignore[no-untyped-def]
-    nc = stack["nc"]
-    eid = await start(nc, EXECUTION_LIMIT)
-    fin = await finished(nc, eid)
-    assert fin["status"] == "failed" and fin["error"]["kind"] == "execution_timeout"
 
 
 async def test_pause_holds_new_steps_while_running_ones_finish(stack) -> None:  # type: ignore[no-untyped-def]

@@ -35,16 +35,6 @@ async def _next_one_succeeds(nc: Any) -> None:
     assert out["status"] == "success" and out["result"] == 7, out
 
 
-@pytest.mark.parametrize("pool", ["a b", "*", ">", "a.b", ""])
-async def test_a_pool_that_is_no_subject_token_is_refused_at_the_request(
-    nc: Any, services: Any, pool: str
-) -> None:
-    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": _with_pool(pool)}, timeout=20)
-    assert out["status"] == "failed" and out["error"]["kind"] == "playbook_invalid", out
-    assert "spec.pool" in json.dumps(out["error"]), out["error"]
-    await _next_one_succeeds(nc)
-
-
 @pytest.mark.parametrize(
     ("field", "value", "says"),
     [
@@ -165,16 +155,6 @@ workflow:
     tool: {kind: noop}
     next: {arcs: [{step: start}]}
 """
-
-
-@pytest.mark.parametrize(("playbook", "kind"), [(BOMB, "template_error"), (CYCLE, "step_run_limit")])
-async def test_a_runaway_playbook_ends_with_its_kind_and_the_next_one_runs(
-    nc: Any, services: Any, playbook: str, kind: str
-) -> None:
-    """Before: the template held the server's decision loop for 19 s; the cycle never ended."""
-    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": playbook}, timeout=30)
-    assert out["status"] == "failed" and out["error"]["kind"] == kind, out["error"]
-    await _next_one_succeeds(nc)
 
 
 # ~0.1 s of template work, within every budget (900 000 loop iterations of the 1 000 000 allowed)

@@ -6,12 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 from pathlib import Path
-from typing import Any
-
-from noetl.client.run import run_and_wait
-from noetl.dsl.sugar import compile_text, render
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "sugar.yaml"
@@ -39,12 +34,3 @@ def test_noetl_run_of_the_sugar_example() -> None:
     assert labels[:6] == ["init", "route", "route.0", "not_found", "route.0.exit", "route.end"]
 
 
-async def _run(nc: Any, text: str) -> dict[str, Any]:
-    return await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": text}, timeout=30)
-
-
-async def test_compiled_output_and_hand_written_canonical_run_the_same(nc, services) -> None:  # type: ignore[no-untyped-def]
-    compiled = render(compile_text(EXAMPLE.read_text(), str(EXAMPLE)), str(EXAMPLE))
-    results = [await _run(nc, text) for text in (EXAMPLE.read_text(), compiled, HAND.read_text())]
-    assert [r["status"] for r in results] == ["success"] * 3
-    assert [r["result"] for r in results] == [EXPECTED] * 3

@@ -1,0 +1,71 @@
+"""Undefined template names say what was defined there (names, never values), on the worker and
+on the server; server and worker on the in-memory bus."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from noetl.cli.output import summary
+from noetl.client.run import run_and_wait
+
+
+async def _run(bus: Any, text: str) -> dict[str, Any]:
+    return await run_and_wait(bus, {"request_id": uuid.uuid4().hex, "playbook": text}, timeout=30)
+
+
+ITER_UNDEFINED = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: iter_undefined}
+workload: {items: [1, 2]}
+workflow:
+  - step: start
+    loop: {in: "{{ workload.items }}", iterator: n}
+    tool:
+      - name: show
+        kind: noop
+        result:
+          value: "{{ iter.num }}"
+"""
+
+
+async def test_undefined_iter_attribute_lists_what_iter_has(bus, services) -> None:  # type: ignore[no-untyped-def]
+    out = await _run(bus, ITER_UNDEFINED)
+    assert out["status"] == "failed"
+    err = out["error"]
+    assert err["kind"] == "template_error"
+    assert err["message"] == ("'iter.num' is undefined (iter has: index, n) in "
+                              "workflow[0].tool[0].result.value")
+    shown = summary(out, "iter_undefined.yaml", ITER_UNDEFINED)
+    line = ITER_UNDEFINED.splitlines().index('          value: "{{ iter.num }}"') + 1
+    assert f"\n  at iter_undefined.yaml:{line}" in shown
+
+
+async def test_undefined_top_level_name_lists_the_namespaces_never_values(  # type: ignore[no-untyped-def]
+    bus, services
+) -> None:
+    text = ITER_UNDEFINED.replace("{{ iter.num }}", "{{ itr.num }}")
+    out = await _run(bus, text)
+    message = out["error"]["message"]
+    assert message == ("'itr.num' is undefined (itr is undefined; defined here: args, ctx, execution_id, "
+                       "iter, keychain, workload, _attempt, _prev, _task) in "
+                       "workflow[0].tool[0].result.value")
+    # on the server too: an arc's args see event, not iter
+    routed = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: arc_undefined}
+workload: {token: s3cr3t-value}
+workflow:
+  - step: start
+    tool: {kind: noop, result: 1}
+    next: {arcs: [{step: after, args: {x: "{{ event.result.total }}"}}]}
+  - step: after
+    tool: {kind: noop}
+"""
+    out = await _run(bus, routed)
+    message = out["error"]["message"]
+    assert message == ("'event.result.total' is undefined (event.result is an int, not a mapping) in "
+                       "workflow[0].next.arcs[0].args.x")
+    assert "s3cr3t" not in message

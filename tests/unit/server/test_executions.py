@@ -1,0 +1,177 @@
+"""Executions end to end, server and worker on the in-memory bus: requests, pipelines, workbook
+templates, loop snapshots and a failing observer, as behaviour (the same on NATS, which
+tests/service and the conformance suite run)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from noetl.client.run import read_events, run_and_wait
+from noetl.events import subjects as s
+from tests.service.test_execution import CHAIN
+
+
+async def test_an_execution_runs_end_to_end(bus, services) -> None:  # type: ignore[no-untyped-def]
+    out = await run_and_wait(
+        bus, {"request_id": uuid.uuid4().hex, "playbook": CHAIN, "payload": {"n": 21}}, timeout=30
+    )
+    assert out["status"] == "success"
+    assert out["result"] == 42 and out["ctx"] == {"doubled": 42}
+    names = [e["name"] for e in out["events"]]
+    assert names[0] == "playbook.execution.requested" and names[-1] == "playbook.processed"
+    assert {"step.started", "task.started", "task.done", "step.done", "next.evaluated"} <= set(names)
+    # the same events are in the stream, under the documented subjects
+    stored = await bus.read(s.EVENTS_STREAM, [s.execution_events_filter(out["execution_id"])])
+    assert [s.parse_event_subject(m.subject)[1:] for m in stored] == [(out["execution_id"], n) for n in names]
+
+
+async def test_same_request_id_runs_once(bus, services) -> None:  # type: ignore[no-untyped-def]
+    rid = uuid.uuid4().hex
+    first = await run_and_wait(bus, {"request_id": rid, "playbook": CHAIN}, timeout=30)
+    second = await run_and_wait(bus, {"request_id": rid, "playbook": CHAIN}, timeout=30)
+    assert first["execution_id"] == second["execution_id"]
+    events = await read_events(bus, first["execution_id"])
+    assert [e["name"] for e in events].count("workflow.started") == 1
+
+
+async def test_invalid_inline_playbook_is_rejected_with_problems(bus, services) -> None:  # type: ignore[no-untyped-def]
+    bad = CHAIN.replace("kind: python", "kind: teleport")
+    out = await run_and_wait(bus, {"request_id": uuid.uuid4().hex, "playbook": bad}, timeout=30)
+    assert out["status"] == "failed" and out["error"]["kind"] == "playbook_invalid"
+    assert "teleport" in json.dumps(out["error"])
+
+
+WORKBOOK_SPEC = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: wb, path: tests/wb}
+workbook:
+  tasks:
+    slow:
+      kind: python
+      spec:
+        timeout: 0.3
+        policy:
+          rules:
+            - when: "{{ outcome.status == 'error' }}"
+              then: {do: fail}
+      code: |
+        import time
+        def main():
+            time.sleep(2)
+            return 1
+workflow:
+  - step: start
+    tool:
+      - name: use
+        kind: workbook
+        task: slow
+        spec:
+          policy:
+            rules:
+              - when: "{{ outcome.status == 'error' and outcome.error.kind == 'timeout' }}"
+                then: {do: continue, set_ctx: {timed_out: true}}
+"""
+
+
+async def test_workbook_template_spec_applies_and_is_not_rendered(bus, services) -> None:  # type: ignore[no-untyped-def]
+    out = await run_and_wait(bus, {"request_id": uuid.uuid4().hex, "playbook": WORKBOOK_SPEC}, timeout=30)
+    assert out["status"] == "success" and out["ctx"] == {"timed_out": True}
+
+
+WORKBOOK_POLICY = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: wb-policy, path: tests/wb-policy}
+workbook:
+  tasks:
+    flaky:
+      kind: python
+      args: {attempt: "{{ _attempt }}"}
+      code: |
+        def main(attempt):
+            if attempt < 3:
+                raise RuntimeError("not yet")
+            return attempt
+      spec:
+        policy:
+          rules:
+            - when: "{{ outcome.status == 'error' }}"
+              then: {do: retry, attempts: 3, delay: 0}
+            - else: {then: {do: continue, set_ctx: {took: "{{ outcome.result }}"}}}
+workflow:
+  - step: start
+    tool:
+      - {name: use, kind: workbook, task: flaky}
+"""
+
+
+async def test_workbook_template_policy_decides_when_the_task_has_none(bus, services) -> None:  # type: ignore[no-untyped-def]
+    """Without its template's rules the first error would fail the step (no policy: fail)."""
+    out = await run_and_wait(bus, {"request_id": uuid.uuid4().hex, "playbook": WORKBOOK_POLICY}, timeout=30)
+    assert out["status"] == "success" and out["ctx"] == {"took": 3}
+
+
+SNAPSHOTTING_LOOP = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: snapshots, path: tests/snapshots}
+workflow:
+  - step: start
+    next: {arcs: [{step: work}]}
+  - step: work
+    loop: {in: "{{ range(6) | list }}", iterator: item, spec: {mode: parallel, max_in_flight: 6}}
+    tool:
+      - {name: a, kind: noop, result: "{{ iter.item }}"}
+      - name: b
+        kind: python
+        code: |
+          import time
+          def main():
+              time.sleep(0.6)
+              return 1
+"""
+
+
+async def _snapshot_count(bus: Any, execution_id: str) -> int:
+    return len(await (await bus.kv(s.ITER_BUCKET)).keys(f"{execution_id}."))
+
+
+async def test_a_finished_loop_leaves_no_iteration_snapshots(bus, services) -> None:  # type: ignore[no-untyped-def]
+    """Each iteration writes a snapshot after task a; the server purges them all when the loop ends."""
+    import asyncio
+
+    from noetl.events.ids import execution_id_for
+
+    rid = uuid.uuid4().hex
+    eid = execution_id_for(rid)
+    request = {"request_id": rid, "playbook": SNAPSHOTTING_LOOP}
+    run = asyncio.create_task(run_and_wait(bus, request, timeout=30))
+    seen = 0
+    for _ in range(50):  # while task b sleeps, every iteration's snapshot is in the bucket
+        seen = max(seen, await _snapshot_count(bus, eid))
+        if seen == 6 or run.done():
+            break
+        await asyncio.sleep(0.05)
+    out = await run
+    assert out["status"] == "success" and out["result"] == [1] * 6
+    assert seen == 6
+    for _ in range(50):
+        if await _snapshot_count(bus, eid) == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert await _snapshot_count(bus, eid) == 0
+
+
+async def test_a_failing_metrics_observer_does_not_stop_decisions(bus, services) -> None:  # type: ignore[no-untyped-def]
+    server, _ = services
+
+    def broken(event: dict[str, Any]) -> None:
+        raise RuntimeError("metrics bug")
+
+    server.observer = broken
+    request = {"request_id": uuid.uuid4().hex, "playbook": CHAIN, "payload": {"n": 2}}
+    out = await run_and_wait(bus, request, timeout=30)
+    assert out["status"] == "success" and out["result"] == 4
