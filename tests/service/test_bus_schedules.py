@@ -2,8 +2,8 @@
 
 Every test runs against ``MemoryBus`` and against ``NatsBus`` on the session's nats-server (2.14 or
 later: cron and time zones); a difference is a bug of the twin (``noetl.events.memory_schedules``).
-A stream that holds schedules needs ``allow_msg_schedules`` on NATS, which the port's
-``StreamConfig`` does not say, so NATS streams are declared here with nats-py.
+A stream holds schedules only when declared so (``StreamConfig(schedules=True)``, NATS's
+``allow_msg_schedules``): elsewhere both refuse a definition.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from nats.js.api import RetentionPolicy, StorageType
-from nats.js.api import StreamConfig as NatsStreamConfig
 
 from noetl.events.consume import consume
 from noetl.events.memory import MemoryBus
@@ -50,20 +48,16 @@ async def _stream(bus: Any, *, work_queue: bool = False) -> tuple[str, str]:
     """A stream of its own that takes schedules: (name, subject prefix)."""
     tag = uuid.uuid4().hex[:8]
     name, prefix = f"SCHED_{tag}", f"sched{tag}"
-    if isinstance(bus, NatsBus):
-        await bus.js.add_stream(
-            NatsStreamConfig(
-                name=name,
-                subjects=[f"{prefix}.>"],
-                retention=RetentionPolicy.WORK_QUEUE if work_queue else RetentionPolicy.LIMITS,
-                storage=StorageType.FILE,
-                allow_msg_schedules=True,
-                allow_rollup_hdrs=True,
-            )
-        )
-    else:
-        await bus.add_stream(StreamConfig(name, (f"{prefix}.>",), work_queue=work_queue))
+    await bus.add_stream(StreamConfig(name, (f"{prefix}.>",), work_queue=work_queue, schedules=True))
     return name, prefix
+
+
+async def test_a_stream_not_declared_for_schedules_refuses_a_definition(bus: Any) -> None:
+    tag = uuid.uuid4().hex[:8]
+    await bus.add_stream(StreamConfig(f"PLAIN_{tag}", (f"plain{tag}.>",)))
+    with pytest.raises(RefusedError):
+        headers = {**_at(5), "Nats-Schedule-Target": f"plain{tag}.due"}
+        await bus.publish(f"plain{tag}.at", b"x", headers=headers)
 
 
 def _at(seconds: float) -> dict[str, str]:
@@ -203,7 +197,7 @@ async def test_the_twin_fires_when_its_wall_clock_is_moved_and_not_after_close()
     now = [datetime.now(UTC).timestamp()]
     bus = MemoryBus(wall=lambda: now[0])
     try:
-        await bus.add_stream(StreamConfig("T", ("t.>",)))
+        await bus.add_stream(StreamConfig("T", ("t.>",), schedules=True))
 
         def at(seconds: float) -> dict[str, str]:
             when = datetime.fromtimestamp(now[0] + seconds, UTC).isoformat()

@@ -163,6 +163,7 @@ class MemoryBus:
                     tuple(cfg.subjects or ()),
                     work_queue=cfg.retention == RetentionPolicy.WORK_QUEUE,
                     duplicate_window=float(cfg.duplicate_window or 120.0),
+                    schedules=bool(cfg.allow_msg_schedules),
                 )
             )
 

@@ -158,6 +158,8 @@ class Schedules:
         pattern = headers.get("Nats-Schedule")
         if pattern is None:
             return headers
+        if not stream.config.schedules:  # NATS: 10188, the stream does not allow message schedules
+            raise RefusedError(f"stream {stream.config.name} does not take message schedules ({subject})")
         _parse(pattern, headers.get("Nats-Schedule-Time-Zone"))
         target = headers.get("Nats-Schedule-Target", "")
         if not _publishable(target) or target == subject or not stream.takes(target):

@@ -93,6 +93,8 @@ class NatsBus:
             retention=RetentionPolicy.WORK_QUEUE if config.work_queue else RetentionPolicy.LIMITS,
             duplicate_window=config.duplicate_window,
             storage=StorageType.FILE,
+            allow_msg_schedules=config.schedules or None,
+            allow_rollup_hdrs=config.schedules,
         )
         try:
             await self.js.add_stream(cfg)

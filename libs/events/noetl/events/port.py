@@ -69,6 +69,7 @@ class StreamConfig:
     subjects: tuple[str, ...]
     work_queue: bool = False  # messages leave the stream when acknowledged
     duplicate_window: float = 120.0  # seconds a msg_id is remembered
+    schedules: bool = False  # takes message schedules (``Nats-Schedule``) and rollups
 
 
 @dataclass(frozen=True)
