@@ -24,6 +24,7 @@ from noetl.events.bus import read_execution_events, read_messages
 from noetl.store.catalog import Catalog
 from noetl.store.schedules import ScheduleStore
 from tests.faults.harness import Cluster, client
+from tests.support import until
 
 pytestmark = pytest.mark.slow
 
@@ -110,13 +111,10 @@ async def _fired(js: Any, name: str) -> list[dict[str, Any]]:
 
 
 async def _until(what: Any, timeout: float, cluster: Cluster) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = await what()
-        if got:
-            return got
-        await asyncio.sleep(0.1)
-    raise AssertionError("timed out\n" + cluster.output())
+    try:
+        return await until(what, timeout, every=0.1)
+    except AssertionError:
+        raise AssertionError("timed out\n" + cluster.output()) from None
 
 
 async def test_a_timer_fires_after_the_server_is_killed_and_restarted(cluster: Cluster) -> None:

@@ -7,17 +7,10 @@ from typing import Any
 
 import pytest
 
-from noetl.server.service import Server
-from noetl.worker.service import Worker
+from tests.support import bus, running  # noqa: F401  (bus: the fixture of the port contract tests)
 
 
 @pytest.fixture
-async def services(nc: Any) -> AsyncIterator[tuple[Server, Worker]]:
-    server, worker = Server(nc), Worker(nc, concurrency=8)
-    await server.start()
-    await worker.start()
-    try:
-        yield server, worker
-    finally:
-        await worker.stop(drain=False)
-        await server.stop()
+async def services(nc: Any) -> AsyncIterator[tuple[Any, Any]]:
+    async with running(nc) as both:
+        yield both

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from noetl.events.memory import MemoryBus
-from noetl.events.nats_port import NatsBus
 from noetl.events.port import (
     BusError,
     KeyExistsError,
@@ -26,20 +23,6 @@ from noetl.events.port import (
     StreamConfig,
     subject_matches,
 )
-
-
-@pytest.fixture(params=["memory", "nats"])
-async def bus(request: Any, nats_server: Any) -> AsyncIterator[Any]:
-    if request.param == "memory":
-        yield MemoryBus()
-        return
-    from noetl.events.bus import connect
-
-    nc = await connect(nats_server.url, name="noetl-port-test")
-    try:
-        yield NatsBus(nc)
-    finally:
-        await nc.close()
 
 
 def _names() -> tuple[str, str]:

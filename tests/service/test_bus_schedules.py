@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,29 +19,10 @@ import pytest
 
 from noetl.events.consume import consume
 from noetl.events.memory import MemoryBus
-from noetl.events.nats_port import NatsBus
 from noetl.events.port import Delivery, Message, QueueConfig, RefusedError, StreamConfig
 from noetl.store.schedules import fire_time
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d)$")
-
-
-@pytest.fixture(params=["memory", "nats"])
-async def bus(request: Any, nats_server: Any) -> AsyncIterator[Any]:
-    if request.param == "memory":
-        mem = MemoryBus()
-        try:
-            yield mem
-        finally:
-            await mem.close()
-        return
-    from noetl.events.bus import connect
-
-    nc = await connect(nats_server.url, name="noetl-schedules-test")
-    try:
-        yield NatsBus(nc)
-    finally:
-        await nc.close()
 
 
 async def _stream(bus: Any, *, work_queue: bool = False) -> tuple[str, str]:

@@ -7,7 +7,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from noetl.server.service import Server
 from noetl.store.credentials import CredentialStore, generate_key
 from noetl.worker.service import Worker
 from tests.playbooks import approval
+from tests.support import until
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "user-" + uuid.uuid4().hex
@@ -115,16 +115,6 @@ async def stack(nc, nats_server) -> AsyncIterator[dict[str, Any]]:  # type: igno
 
 async def start(nc: Any, text: str) -> str:
     return await submit(nc.jetstream(), {"request_id": uuid.uuid4().hex, "playbook": text, "payload": {}})
-
-
-async def until(what: Any, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = await what()
-        if got:
-            return got
-        await asyncio.sleep(0.05)
-    raise AssertionError("timed out waiting")
 
 
 async def finished(nc: Any, eid: str) -> dict[str, Any]:

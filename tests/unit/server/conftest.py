@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from noetl.events.memory import MemoryBus
-from noetl.server.service import Server
-from noetl.worker.service import Worker
+from tests.support import running
 
 
 @pytest.fixture
@@ -21,22 +20,10 @@ async def bus() -> AsyncIterator[MemoryBus]:
     try:
         yield bus
     finally:
-        close = getattr(bus, "close", None)
-        if close is not None:
-            await close()
+        await bus.close()
 
 
 @pytest.fixture
-async def services(bus: MemoryBus) -> AsyncIterator[tuple[Server, Worker]]:
-    server, worker = Server(bus), Worker(bus, concurrency=8)
-    await server.start()
-    await worker.start()
-    try:
-        yield server, worker
-    finally:
-        await worker.stop(drain=False)
-        await server.stop()
-
-
-def bus_of(services: Any) -> Any:
-    return services[0].bus
+async def services(bus: MemoryBus) -> AsyncIterator[tuple[Any, Any]]:
+    async with running(bus) as both:
+        yield both

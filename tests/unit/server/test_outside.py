@@ -5,27 +5,17 @@ and the CLI, and a timer surviving a killed server, run over real nats-servers
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from typing import Any
 
 from noetl.client.run import finished_event, read_events, signal, submit
 from tests.service.test_outside import APPROVAL, EXECUTION_LIMIT, TIMEOUT
+from tests.support import until
 
 
 async def start(bus: Any, text: str) -> str:
     return await submit(bus, {"request_id": uuid.uuid4().hex, "playbook": text, "payload": {}})
-
-
-async def until(what: Any, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = await what()
-        if got:
-            return got
-        await asyncio.sleep(0.02)
-    raise AssertionError("timed out waiting")
 
 
 async def finished(bus: Any, eid: str) -> dict[str, Any]:
