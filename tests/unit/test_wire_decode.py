@@ -34,6 +34,8 @@ def test_a_missing_version_reads_as_the_first() -> None:
         (b"[1, 2]", "JSON list", False),
         (dumps({"event_id": "e"}), "execution_id, name, status", False),
         (dumps(_event(schema_version="1")), "not a whole number", False),
+        (dumps(_event(payload=[1])), "field payload is [1], not an object", False),
+        (dumps(_event(step_run_id=7)), "field step_run_id is 7, not text", False),
         (dumps(_event(schema_version=SCHEMA_VERSION + 1)), "upgrade it", True),
     ],
 )

@@ -1,16 +1,18 @@
 """The event envelope (SEMANTICS.md §10) and the command a worker runs.
 
-Wire models are open-world: unknown fields are ignored and ``schema_version`` travels along, so
-an older and a newer service can run side by side during a rolling upgrade. The hot path builds
-them as plain dicts (``make_event``) and validates with the models only at the edges.
+Wire types are open-world: unknown fields are kept and ignored and ``schema_version`` travels
+along, so an older and a newer service can run side by side during a rolling upgrade. The hot path
+builds them as plain dicts (``make_event``); they are checked against their types once, where
+they enter a process (``decode_event``, ``decode_command``: ~3 µs a message).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+from typing_extensions import TypedDict  # pydantic reads TypedDicts from here before Python 3.12
 
 SCHEMA_VERSION = 1
 
@@ -19,46 +21,58 @@ EntityType = Literal["playbook", "workflow", "step", "task", "loop", "next"]
 Status = Literal["in_progress", "success", "error", "skipped"]
 
 
-class Event(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class Event(TypedDict):
+    """An event as it travels and as every process holds it: a dict (the engine's hot path reads
+    it by key and never pays for objects), typed here, and checked against this type once, where
+    it enters a process (``decode_event``). ``source``, ``entity_type`` and ``status`` take the
+    values of ``Source``, ``EntityType`` and ``Status`` (``make_event`` is typed with them); the
+    check reads them as text so a newer writer's value is not a reason to drop an event."""
+
+    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]  # open world
 
     event_id: str
     execution_id: str
-    timestamp: str
-    source: Source
+    timestamp: NotRequired[str]
+    source: NotRequired[str]
     name: str
-    entity_type: EntityType
-    entity_id: str
-    status: Status
-    payload: dict[str, Any] = Field(default_factory=dict)
-    step_run_id: str | None = None
-    task_run_id: str | None = None
-    parent_execution_id: str | None = None
-    trace_id: str | None = None
-    cause_id: str | None = None
-    schema_version: int = SCHEMA_VERSION
+    entity_type: NotRequired[str]
+    entity_id: NotRequired[str]
+    status: str
+    payload: NotRequired[dict[str, Any]]
+    step_run_id: NotRequired[str | None]
+    task_run_id: NotRequired[str | None]
+    parent_execution_id: NotRequired[str | None]
+    trace_id: NotRequired[str | None]
+    cause_id: NotRequired[str | None]
+    schema_version: NotRequired[int]
 
 
-class Command(BaseModel):
-    """One step run (or one loop iteration) for one worker."""
+class Command(TypedDict):
+    """One step run (or one loop iteration, or a whole ``exec: local`` loop) for one worker: typed
+    and checked like ``Event``, once, where it enters the worker (``decode_command``)."""
 
-    model_config = ConfigDict(extra="ignore")
+    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
 
     command_id: str
     execution_id: str
-    pool: str
+    pool: NotRequired[str]
     step: str
     step_run_id: str
-    index: int | None = None  # loop iteration index
-    iter: dict[str, Any] | None = None  # initial iter scope of a loop iteration
-    args: dict[str, Any] = Field(default_factory=dict)
-    ctx: dict[str, Any] = Field(default_factory=dict)
-    workload: dict[str, Any] = Field(default_factory=dict)
-    playbook_digest: str
-    parent_execution_id: str | None = None
-    trace_id: str | None = None
-    timestamp: str = ""
-    schema_version: int = SCHEMA_VERSION
+    index: NotRequired[int | None]  # loop iteration index
+    iter: NotRequired[dict[str, Any] | None]  # initial iter scope of a loop iteration
+    args: NotRequired[dict[str, Any] | None]
+    ctx: NotRequired[Any]  # the execution's ctx, or a reference to it
+    workload: NotRequired[Any]
+    playbook_digest: NotRequired[str]
+    partition: NotRequired[int | None]
+    parent_execution_id: NotRequired[str | None]
+    trace_id: NotRequired[str | None]
+    timestamp: NotRequired[str]
+    schema_version: NotRequired[int]
+
+
+_EVENT = TypeAdapter(Event)
+_COMMAND = TypeAdapter(Command)
 
 
 def make_event(
@@ -119,23 +133,27 @@ class WireError(ValueError):
         self.newer = newer
 
 
-_EVENT_FIELDS = ("event_id", "execution_id", "name", "status")
-_COMMAND_FIELDS = ("command_id", "execution_id", "step", "step_run_id")
+_KINDS = {"int": "a whole number", "str": "text", "dict": "an object"}
 
 
-def _decode(data: bytes | str, required: tuple[str, ...], what: str) -> dict[str, Any]:
+def _decode(data: bytes | str, adapter: TypeAdapter[Any], what: str) -> dict[str, Any]:
     try:
         obj = loads(data)
     except ValueError as e:
         raise WireError(f"{what} is not JSON: {e}") from None
     if not isinstance(obj, dict):
         raise WireError(f"{what} is a JSON {type(obj).__name__}, not an object")
-    bad = [k for k in required if not isinstance(obj.get(k), str)]
-    if bad:
-        raise WireError(f"{what} lacks the text field(s) {', '.join(bad)}")
+    try:
+        adapter.validate_python(obj, strict=True)  # checked, not rebuilt: the dict goes on as it is
+    except ValidationError as e:
+        missing = [str(err["loc"][0]) for err in e.errors() if err["type"] == "missing"]
+        if missing:
+            raise WireError(f"{what} lacks the field(s) {', '.join(missing)}") from None
+        err = e.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        want = next((v for k, v in _KINDS.items() if err["type"].startswith(k)), err["msg"])
+        raise WireError(f"{what} field {field} is {obj.get(str(err['loc'][0]))!r}, not {want}") from None
     version = obj.get("schema_version", 1)
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise WireError(f"{what} has schema_version {version!r}, not a whole number")
     if version > SCHEMA_VERSION:
         raise WireError(
             f"{what} has schema_version {version}; this process reads up to {SCHEMA_VERSION}: "
@@ -145,16 +163,16 @@ def _decode(data: bytes | str, required: tuple[str, ...], what: str) -> dict[str
     return obj
 
 
-def decode_event(data: bytes | str) -> dict[str, Any]:
-    """The one place an event enters a process: the envelope's fields checked, the version read.
+def decode_event(data: bytes | str) -> Event:
+    """The one place an event enters a process: checked against ``Event``, the version read.
     Fields a newer writer added are kept and ignored (open world); a newer major version is
     refused rather than misread."""
-    return _decode(data, _EVENT_FIELDS, "event")
+    return _decode(data, _EVENT, "event")  # type: ignore[return-value]
 
 
-def decode_command(data: bytes | str) -> dict[str, Any]:
+def decode_command(data: bytes | str) -> Command:
     """The one place a command enters a worker (see ``decode_event``)."""
-    return _decode(data, _COMMAND_FIELDS, "command")
+    return _decode(data, _COMMAND, "command")  # type: ignore[return-value]
 
 
 def _fallback(value: Any) -> Any:
