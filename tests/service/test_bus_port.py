@@ -231,3 +231,29 @@ async def test_a_key_pattern_purge_removes_only_matching_keys(bus: Any) -> None:
         await kv.put(key, b"snapshot")
     await kv.purge("e1.r1.*")
     assert await kv.keys() == ["e1.r2.0", "e2.r1.0"]
+
+
+async def test_a_follow_whose_consumer_is_lost_goes_on_after_the_last_message(nats_server: Any) -> None:
+    """NATS only (the twin has no consumers to lose): a consumer deleted under a follow (a node
+    gone, a restart, a long disconnect) is noticed and a new one goes on, nothing skipped."""
+    from noetl.events.bus import connect
+    from noetl.events.nats_port import NatsBus
+
+    nc = await connect(nats_server.url, name="noetl-follow-lost")
+    try:
+        bus = NatsBus(nc)
+        stream, prefix = _names()
+        await bus.add_stream(StreamConfig(stream, (f"{prefix}.>",)))
+        await bus.publish(f"{prefix}.a", b"0")
+        follow = bus.follow(stream, [f"{prefix}.>"])
+        first = await asyncio.wait_for(anext(follow), 5)
+        for info in await nc.jetstream().consumers_info(stream):
+            await nc.jetstream().delete_consumer(stream, info.name)
+        await bus.publish(f"{prefix}.a", b"1")
+        await bus.publish(f"{prefix}.a", b"2")
+        rest = [await asyncio.wait_for(anext(follow), 10) for _ in range(2)]
+        await follow.aclose()
+        got = [m.data for m in (first, *rest)]
+        assert got == [b"0", b"1", b"2"], f"the follow gave {got} after its consumer was deleted"
+    finally:
+        await nc.close()

@@ -51,7 +51,7 @@ from noetl.events.port import (
     RevisionMismatchError,
     StreamConfig,
 )
-from noetl.events.puller import Puller, ack_stored, consumer_sequence, stream_sequence
+from noetl.events.puller import Puller, PullError, ack_stored, consumer_sequence
 from noetl.events.retry import is_transient, retrying
 from noetl.events.streams import ensure_all, ensure_consumer, ensure_kv, ensure_object_store
 from noetl.events.subjects import consumer_delete_subject, kv_subject
@@ -162,21 +162,22 @@ class NatsBus:
         return out
 
     async def follow(self, stream: str, filters: list[str], *, start_seq: int = 1) -> AsyncIterator[Message]:
-        name, _ = await self._consumer(stream, filters, start_seq)
-        sub = await self.js.pull_subscribe_bind(consumer=name, stream=stream)
-        try:
-            while True:
-                try:
-                    msgs = await sub.fetch(256, timeout=1.0)
-                except nats.errors.TimeoutError:
-                    continue
-                for m in msgs:
-                    yield _message(m)
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-            with contextlib.suppress(Exception):
-                await self.js.delete_consumer(stream, name)
+        """Over ``reader``: a consumer lost with a node, a restart or a long disconnect (or a
+        message lost on the way) is noticed, and a new one goes on after the last message given."""
+        nxt = start_seq
+        while True:
+            reader = await self.reader(stream, filters, start_seq=nxt)
+            try:
+                while True:
+                    try:
+                        msgs = await reader.fetch(256, 1.0)
+                    except ReaderLostError:
+                        break
+                    for m in msgs:
+                        nxt = m.seq + 1
+                        yield m
+            finally:
+                await reader.close()
 
     async def reader(
         self, stream: str, filters: list[str], *, start_seq: int = 1, name: str = ""
@@ -309,7 +310,10 @@ class _NatsReader:
         if self._gap:
             raise ReaderLostError(f"{self._stream}: a message lost on the way to reader {self._name}")
         loop = asyncio.get_running_loop()
-        msgs = await self._puller.fetch(batch, wait=timeout)
+        try:
+            msgs = await self._puller.fetch(batch, wait=timeout)
+        except PullError as e:  # its consumer deleted, its pull refused: this reader is done
+            raise ReaderLostError(f"{self._stream}: reader {self._name}: {e}") from e
         if not msgs:
             self._idle_since = self._idle_since or loop.time()
             if loop.time() - self._idle_since >= _READER_CHECK_EVERY:
@@ -329,7 +333,7 @@ class _NatsReader:
                 self._gap = True  # never past a gap: what came before it is handed over first
                 break
             self._expected += 1
-            out.append(Message(m.subject, m.data, stream_sequence(m), dict(m.headers or {}) or None))
+            out.append(_message(m))
         if not out:
             raise ReaderLostError(f"{self._stream}: a message lost on the way to reader {self._name}")
         return out

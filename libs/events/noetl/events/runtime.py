@@ -4,6 +4,10 @@ Each process writes ``<role>.<id>`` every few seconds; the bucket's TTL removes 
 writer stopped writing, so a worker that was killed (no chance to deregister) leaves the list by
 itself. Nothing decides anything from this registry: it is for people (``noetl workers``,
 ``GET /api/runtime``) and dashboards, which is why a missed heartbeat is only logged.
+
+The bucket is read and written through the bus port (``noetl.events.port.KeyValue``), so the
+registry works on the in-memory twin as well; only its creation on NATS is NATS's own (a memory
+bucket, never created by a reader: see ``_bucket``).
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from collections.abc import Callable
 from typing import Any
 
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError, NoKeysError, NotFoundError
-from nats.js.kv import KeyValue
+from nats.js.errors import NotFoundError
+from nats.js.kv import KeyValue as NatsKeyValue
 
 from noetl.events.clock import utc_now
+from noetl.events.nats_port import as_bus
+from noetl.events.port import KeyValue
 
 log = logging.getLogger("noetl.runtime")
 
@@ -55,11 +61,29 @@ def process_id() -> str:
     return _UNSAFE.sub("-", f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
 
 
-async def ensure_runtime_bucket(js: JetStreamContext, ttl: float = DEFAULT_TTL) -> KeyValue:
+async def ensure_runtime_bucket(js: JetStreamContext, ttl: float = DEFAULT_TTL) -> NatsKeyValue:
     """Open the bucket, creating it with ``ttl`` when missing; an existing bucket keeps its TTL."""
     from noetl.events.streams import ensure_kv
 
     return await ensure_kv(js, RUNTIME_BUCKET, ttl=ttl, memory=True)
+
+
+async def _bucket(bus: Any, *, ttl: float | None = None, create: bool = False) -> KeyValue | None:
+    """The bucket as the port's key-value; None on NATS when it does not exist and ``create`` is
+    false. On NATS it is created in memory (heartbeats need no disk) by a registrar only: a bucket
+    a reader created would have no TTL, and dead processes would stay listed for ever. The twin's
+    bucket takes the registrar's ``ttl``."""
+    js = getattr(bus, "js", None)
+    if js is None:
+        return await bus.kv(RUNTIME_BUCKET, ttl=ttl)  # type: ignore[no-any-return]
+    if create:
+        await ensure_runtime_bucket(js, ttl or DEFAULT_TTL)
+    else:
+        try:
+            await js.key_value(RUNTIME_BUCKET)
+        except NotFoundError:
+            return None
+    return await bus.kv(RUNTIME_BUCKET)  # type: ignore[no-any-return]
 
 
 class RuntimeRegistrar:
@@ -67,7 +91,7 @@ class RuntimeRegistrar:
 
     def __init__(
         self,
-        js: JetStreamContext,
+        conn: Any,
         role: str,
         info_fn: Callable[[], dict[str, Any]],
         *,
@@ -77,7 +101,8 @@ class RuntimeRegistrar:
     ) -> None:
         if interval >= ttl:
             raise ValueError(f"heartbeat interval {interval} s must be shorter than the TTL {ttl} s")
-        self.js, self.role, self.info_fn = js, role, info_fn
+        self.bus = as_bus(conn)  # the bus port, or a nats-py connection or JetStream context
+        self.role, self.info_fn = role, info_fn
         self.id = _UNSAFE.sub("-", id) if id else process_id()
         self.key = f"{role}.{self.id}"
         self.interval, self.ttl = interval, ttl
@@ -109,7 +134,7 @@ class RuntimeRegistrar:
         from noetl.events.retry import retrying
 
         # a bucket just created on a cluster has no leader for a moment: wait it out, do not exit
-        self._kv = await retrying(lambda: ensure_runtime_bucket(self.js, self.ttl), "runtime bucket")
+        self._kv = await retrying(lambda: _bucket(self.bus, ttl=self.ttl, create=True), "runtime bucket")
         await retrying(self.beat, "first runtime heartbeat")
         self._task = asyncio.create_task(self._loop(), name=f"noetl-runtime-{self.key}")
 
@@ -133,25 +158,16 @@ class RuntimeRegistrar:
                 await self._kv.delete(self.key)
 
 
-async def list_runtime(js: JetStreamContext, role: str | None = None) -> list[dict[str, Any]]:
-    """The live entries, sorted by role and id; an entry that expires while we read is skipped."""
-    try:
-        kv = await js.key_value(RUNTIME_BUCKET)
-    except NotFoundError:
-        return []
-    try:
-        keys = await kv.keys()
-    except NoKeysError:
+async def list_runtime(conn: Any, role: str | None = None) -> list[dict[str, Any]]:
+    """The live entries, sorted by role and id; an entry that expires while we read is skipped.
+    ``conn``: the bus port, or a nats-py connection or JetStream context."""
+    kv = await _bucket(as_bus(conn))
+    if kv is None:
         return []
     out = []
-    for key in keys:
-        if role is not None and not key.startswith(f"{role}."):
-            continue
-        try:
-            e = await kv.get(key)
-        except KeyNotFoundError:
-            continue
-        if e.value:
+    for key in await kv.keys(f"{role}." if role is not None else ""):
+        e = await kv.get(key)
+        if e is not None and e.value:
             with contextlib.suppress(ValueError):
                 out.append(json.loads(e.value))
     return sorted(out, key=lambda x: (str(x.get("role")), str(x.get("id"))))

@@ -112,9 +112,7 @@ async def start_console(nc: Any, server: Any, worker: Any, credentials: Any) -> 
     parts: list[Any] = [api]
     try:
         server.observer = api.collector.observe
-        registrar = RuntimeRegistrar(
-            nc.jetstream(), "server", lambda: {"running": len(server.states), "http": api.url}
-        )
+        registrar = RuntimeRegistrar(nc, "server", lambda: {"running": len(server.states), "http": api.url})
         await registrar.start()
         parts.append(registrar)
         parts.append(await start_operations(nc, "worker", worker))

@@ -1,7 +1,9 @@
 """What every route needs, handed over once when the app is built (no module globals).
 
-The route modules stay free of start-up order and of each other: they read the NATS connection,
-the request handler, the catalog and the keychain store from here.
+The route modules stay free of start-up order and of each other: they read the bus, the request
+handler, the catalog and the keychain store from here. The bus is the port
+(``noetl.events.port``), so the API serves on the in-memory twin as on NATS; only what is NATS
+itself (a readiness probe's connection, durable consumers' lag) looks for the connection under it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from nats.aio.client import Client as NATS
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -21,7 +22,7 @@ from noetl.server.api.metrics import Metrics
 
 @dataclass
 class ApiContext:
-    nc: NATS
+    bus: Any  # noetl.events.port.Bus
     requests: Any  # noetl.server.requests.RequestHandler
     catalog: Any  # noetl.store.catalog.Catalog
     credentials: Any  # noetl.store.credentials.CredentialStore
@@ -31,8 +32,9 @@ class ApiContext:
     closing: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
-    def js(self) -> Any:
-        return self.nc.jetstream()
+    def nc(self) -> Any:
+        """The NATS connection under the bus; None on the in-memory twin, which has none to probe."""
+        return getattr(self.bus, "nc", None)
 
 
 def ctx_of(request: Request) -> ApiContext:

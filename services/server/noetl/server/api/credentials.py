@@ -23,7 +23,7 @@ from noetl.store.credentials import check_name, check_scope
 async def _audit(request: Request, action: str, name: str, outcome: str, kind: str | None = None) -> None:
     q = request.query_params
     await record_credential_access(
-        ctx_of(request).js,
+        ctx_of(request).bus,
         action=action,
         credential=name,
         who=auth_of(request)["who"],

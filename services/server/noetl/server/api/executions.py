@@ -8,6 +8,7 @@ expects; with one, a retried POST returns the execution the first one started.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -83,7 +84,7 @@ async def get_executions(request: Request) -> Response:
     except ValueError:
         return error(400, RequestInvalidError, "limit and before must be integers")
     out = await list_executions(
-        ctx_of(request).js, status=q.get("status"), path=q.get("path"), limit=limit, before=before
+        ctx_of(request).bus, status=q.get("status"), path=q.get("path"), limit=limit, before=before
     )
     return JSONResponse(out)
 
@@ -106,7 +107,7 @@ async def get_execution(request: Request) -> Response:
     eid, bad = _id_or_error(request)
     if bad:
         return bad
-    out = await execution_status(ctx_of(request).js, eid)
+    out = await execution_status(ctx_of(request).bus, eid)
     if out is None:
         return error(404, NoSuchEntityError, f"no execution {eid}")
     return JSONResponse(out)
@@ -130,11 +131,11 @@ async def get_execution_events(request: Request) -> Response:
     if "text/event-stream" in request.headers.get("accept", ""):
         after = request.headers.get("last-event-id") or None
         return StreamingResponse(
-            _sse(ctx.nc, eid, after, ctx.closing),
+            _sse(ctx.bus, eid, after, ctx.closing),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-    events = [ev async for ev in follow_events(ctx.nc, eid, follow=False) if ev is not None]
+    events = [ev async for ev in follow_events(ctx.bus, eid, follow=False) if ev is not None]
     if not events:
         return error(404, NoSuchEntityError, f"no execution {eid}")
     return JSONResponse(events)
@@ -157,7 +158,7 @@ async def get_execution_logs(request: Request) -> Response:
     eid, bad = _id_or_error(request)
     if bad:
         return bad
-    logs = await execution_logs(ctx_of(request).js, eid, request.query_params.get("step") or None)
+    logs = await execution_logs(ctx_of(request).bus, eid, request.query_params.get("step") or None)
     if logs is None:
         return error(404, NoSuchEntityError, f"no execution {eid}")
     return JSONResponse({"execution_id": eid, "logs": logs})
@@ -168,9 +169,9 @@ def sse_frame(event: dict[str, Any]) -> str:
     return f"id: {event.get('event_id', '')}\ndata: {json.dumps(event, default=str)}\n\n"
 
 
-async def _sse(nc: object, eid: str, after: str | None, closing: object) -> AsyncIterator[str]:
+async def _sse(bus: Any, eid: str, after: str | None, closing: asyncio.Event) -> AsyncIterator[str]:
     yield ": noetl events of " + eid + "\n\n"
-    async for ev in follow_events(nc, eid, after_event_id=after, stop=closing, idle=KEEPALIVE_SECONDS):  # type: ignore[arg-type]
+    async for ev in follow_events(bus, eid, after_event_id=after, stop=closing, idle=KEEPALIVE_SECONDS):
         yield ": keep-alive\n\n" if ev is None else sse_frame(ev)
 
 
@@ -196,7 +197,7 @@ async def cancel_execution(request: Request) -> Response:
     except ValueError as e:
         return body_error(e)
     reason = body.get("reason") if isinstance(body, dict) else None
-    out = await request_cancel(ctx_of(request).js, eid, str(reason) if reason else None)
+    out = await request_cancel(ctx_of(request).bus, eid, str(reason) if reason else None)
     if out is None:
         return error(404, NoSuchEntityError, f"no execution {eid}")
     return JSONResponse(out, status_code=202)

@@ -1,10 +1,10 @@
 """Replay an execution's events, then follow the new ones until ``playbook.processed``.
 
-Following uses one ordered JetStream consumer on ``noetl.events.*.<id>.>`` from the first
-event: it delivers the stored events and then the new ones in stream order, with no gap and no
-repeat. A core subscription opened before reading the stream is not enough: nats-server routes a
-published message to core subscribers before the stream has stored it, so an event published
-just before the subscription could be missing from both (seen in tests, as three missing events).
+Following reads the stream itself (``Bus.follow`` on ``noetl.events.*.<id>.>``): it delivers the
+stored events and then the new ones in stream order, with no gap and no repeat. A core
+subscription opened before reading the stream is not enough: nats-server routes a published
+message to core subscribers before the stream has stored it, so an event published just before
+the subscription could be missing from both (seen in tests, as three missing events).
 """
 
 from __future__ import annotations
@@ -14,18 +14,16 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from nats.aio.client import Client as NATS
-from nats.js.api import ConsumerConfig, DeliverPolicy
-
 from noetl.events import subjects as s
-from noetl.events.bus import read_execution_events
 from noetl.events.envelope import loads
+from noetl.events.nats_port import as_bus
+from noetl.events.port import Message
 
 END_EVENT = "playbook.processed"
 
 
 async def follow_events(
-    nc: NATS,
+    conn: Any,
     execution_id: str,
     *,
     after_event_id: str | None = None,
@@ -35,73 +33,85 @@ async def follow_events(
 ) -> AsyncIterator[dict[str, Any] | None]:
     """Yield events in order; with ``idle`` a ``None`` every ``idle`` quiet seconds (keep-alives).
 
+    ``conn``: the bus port, or a nats-py connection or JetStream context (``as_bus``).
     ``after_event_id`` resumes a client that already has the events up to that one (SSE's
     ``Last-Event-ID``); an id the log does not hold replays everything. Ends after
     ``playbook.processed``, when ``stop`` is set, or after the stored events when ``follow`` is
     false.
     """
-    if not follow:
-        events = await read_execution_events(nc.jetstream(), execution_id)
-        ids = [e.get("event_id") for e in events]
-        start = ids.index(after_event_id) + 1 if after_event_id in ids else 0
-        for ev in events[start:]:
-            yield ev
-        return
-    sub = await nc.jetstream().subscribe(
-        s.execution_events_filter(execution_id),
-        stream=s.EVENTS_STREAM,
-        ordered_consumer=True,
-        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
-    )
-    try:
-        skipped: list[dict[str, Any]] | None = [] if after_event_id else None
-        while stop is None or not stop.is_set():
-            try:
-                msg = await _next(sub, stop, idle)
-            except TimeoutError:
+    bus = as_bus(conn)
+    filters = [s.execution_events_filter(execution_id)]
+    start_seq = 1
+    if after_event_id or not follow:
+        decoded = [(m.seq, _decoded(m)) for m in await bus.read(s.EVENTS_STREAM, filters)]
+        stored = [(seq, ev) for seq, ev in decoded if isinstance(ev, dict)]
+        ids = [ev.get("event_id") for _, ev in stored]
+        skip = ids.index(after_event_id) + 1 if after_event_id in ids else 0
+        if not follow:
+            for _, ev in stored[skip:]:
+                yield ev
+            return
+        if skip:  # go on from the stream position after it: what was stored since comes next
+            start_seq = stored[skip - 1][0] + 1
+    paced = _paced(bus.follow(s.EVENTS_STREAM, filters, start_seq=start_seq), stop, idle)
+    async with contextlib.aclosing(paced):  # a client gone mid-stream closes the reader now, not at GC
+        async for m in paced:
+            if m is None:
                 yield None
                 continue
-            if msg is None:
-                return
-            try:
-                ev = loads(msg.data)
-            except ValueError:
-                continue
+            ev = _decoded(m)
             if not isinstance(ev, dict):
                 continue
-            batch = [ev]
-            if skipped is not None:
-                if ev.get("event_id") == after_event_id:
-                    skipped = None
-                    continue
-                skipped.append(ev)
-                if msg.metadata.num_pending:
-                    continue
-                batch, skipped = skipped, None  # caught up without finding the id: replay it all
-            for e in batch:
-                yield e
-                if e.get("name") == END_EVENT:
-                    return
-    finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
+            yield ev
+            if ev.get("name") == END_EVENT:
+                return
 
 
-async def _next(sub: Any, stop: asyncio.Event | None, idle: float | None) -> Any:
-    """The next message, None once ``stop`` is set; TimeoutError after ``idle`` quiet seconds."""
-    get = asyncio.ensure_future(sub.next_msg(timeout=idle or 10**9))
-    waits: set[asyncio.Future[Any]] = {get}
-    stopper = asyncio.ensure_future(stop.wait()) if stop is not None else None
-    if stopper is not None:
-        waits.add(stopper)
+def _decoded(m: Message) -> Any:
     try:
-        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        return loads(m.data)
+    except ValueError:
+        return None
+
+
+async def _paced(
+    messages: AsyncIterator[Message], stop: asyncio.Event | None, idle: float | None
+) -> AsyncIterator[Message | None]:
+    """``messages``, with a None after every ``idle`` quiet seconds, until ``stop`` is set.
+
+    A quiet spell leaves the pending read in place: cancelling an async generator's step would end
+    the generator (and its reader) for good. It is cancelled only when we stop, which closes the
+    reader (on NATS, its consumer)."""
+    pending: asyncio.Task[Message] | None = None
+    stopper = asyncio.ensure_future(stop.wait()) if stop is not None else None
+    try:
+        while stop is None or not stop.is_set():
+            if pending is None:
+                pending = asyncio.ensure_future(_step(messages))
+            waits: set[asyncio.Future[Any]] = {pending} if stopper is None else {pending, stopper}
+            done, _ = await asyncio.wait(waits, timeout=idle, return_when=asyncio.FIRST_COMPLETED)
+            if pending in done:
+                step, pending = pending, None
+                try:
+                    message = step.result()
+                except StopAsyncIteration:
+                    return
+                yield message
+            elif not done:
+                yield None
+            else:
+                return
     finally:
-        for f in waits:
-            if not f.done():
-                f.cancel()
-    if get in done:
-        return get.result()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await get
-    return None
+        for task in (pending, stopper):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        aclose = getattr(messages, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
+
+
+async def _step(messages: AsyncIterator[Message]) -> Message:
+    return await messages.__anext__()

@@ -1,8 +1,9 @@
 """What ``noetl server`` and ``noetl worker`` run beside their service.
 
-A server gets the HTTP API (unless disabled), the NATS service ``noetl`` and a runtime entry; a
-worker gets its runtime entry only. Kept out of the CLI module so the CLI edit stays two lines and
-tests can start the same set without a subprocess.
+A server gets the HTTP API (unless disabled), the NATS service ``noetl`` (over a NATS connection
+only: it is the NATS micro protocol) and a runtime entry; a worker gets its runtime entry only.
+Kept out of the CLI module so the CLI edit stays two lines and tests can start the same set
+without a subprocess.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ import contextlib
 import logging
 from typing import Any
 
-from nats.aio.client import Client as NATS
-
+from noetl.events.nats_port import as_bus
 from noetl.events.runtime import DEFAULT_INTERVAL, DEFAULT_TTL, RuntimeRegistrar
 from noetl.server.api.micro import NatsApiService
 from noetl.server.api.server import ApiServer
@@ -53,7 +53,7 @@ def _worker_info(svc: Any) -> dict[str, Any]:
 
 
 async def start_operations(
-    nc: NATS,
+    conn: Any,
     role: str,
     svc: Any,
     *,
@@ -63,13 +63,16 @@ async def start_operations(
     ttl: float = DEFAULT_TTL,
     insecure: bool | None = None,
 ) -> Operations:
-    """Start the parts for ``role`` around an already started ``svc``; ``http_port < 0`` turns HTTP off."""
+    """Start the parts for ``role`` around an already started ``svc``; ``http_port < 0`` turns HTTP off.
+    ``conn``: the bus port, or a nats-py connection or JetStream context (``as_bus``)."""
+    bus = as_bus(conn)
+    nc = getattr(bus, "nc", None)  # the in-memory twin has none: no NATS service then
     ops = Operations()
     try:
         if role == "server":
             if http_port >= 0:
                 ops.api = ApiServer(
-                    nc,
+                    bus,
                     svc.requests,
                     svc.catalog,
                     svc.credentials,
@@ -80,9 +83,10 @@ async def start_operations(
                 await ops.api.start()
                 ops.parts.append(ops.api)
                 svc.observer = ops.api.collector.observe
-            micro = NatsApiService(nc, svc.requests)
-            await micro.start()
-            ops.parts.append(micro)
+            if nc is not None:
+                micro = NatsApiService(nc, svc.requests)
+                await micro.start()
+                ops.parts.append(micro)
 
             def info() -> dict[str, Any]:
                 return _server_info(svc, ops)
@@ -92,7 +96,7 @@ async def start_operations(
                 return _worker_info(svc)
 
         ops.registrar = RuntimeRegistrar(
-            nc.jetstream(), role, info, id=getattr(svc, "worker_id", None), interval=heartbeat, ttl=ttl
+            bus, role, info, id=getattr(svc, "worker_id", None), interval=heartbeat, ttl=ttl
         )
         await ops.registrar.start()
         ops.parts.append(ops.registrar)

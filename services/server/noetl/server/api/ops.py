@@ -3,6 +3,9 @@
 ``/health`` answers as long as the process serves HTTP (a liveness probe must not fail because
 NATS is away: restarting the server would not bring NATS back); ``/ready`` answers 200 only when
 NATS is connected and the streams exist, so a load balancer sends no request that would fail.
+
+On a bus with no NATS connection under it (the in-memory twin) the probes and metrics say what
+the port can answer: the streams (``Bus.count``) and the runtime bucket, not consumers' lag.
 """
 
 from __future__ import annotations
@@ -57,11 +60,12 @@ async def ready(request: Request) -> Response:
       503: {description: "not ready, with the reason"}
     """
     ctx = ctx_of(request)
-    checks: dict[str, Any] = {"nats": ctx.nc.is_connected}
-    if ctx.nc.is_connected:
+    connected = _connected(ctx.nc)
+    checks: dict[str, Any] = {"nats": connected} if ctx.nc is not None else {"bus": connected}
+    if connected:
         for name in STREAMS:
             try:
-                await asyncio.wait_for(ctx.js.stream_info(name), PROBE_TIMEOUT)
+                await asyncio.wait_for(ctx.bus.count(name), PROBE_TIMEOUT)
                 checks[name] = True
             except Exception:
                 checks[name] = False
@@ -71,16 +75,23 @@ async def ready(request: Request) -> Response:
     )
 
 
-async def read_live(js: Any) -> dict[str, Any]:
-    """Queue depths and durable consumer lag, read from JetStream for one scrape."""
+def _connected(nc: Any) -> bool:
+    """NATS connected; always true without NATS (the in-memory twin is never away)."""
+    return nc is None or bool(nc.is_connected)
+
+
+async def read_live(bus: Any) -> dict[str, Any]:
+    """Queue depths and durable consumer lag, read from JetStream for one scrape; consumers only
+    where the bus has JetStream under it (``bus.js``): the port has no notion of a consumer's lag."""
     live: dict[str, Any] = {"streams": {}, "consumers": []}
+    js = getattr(bus, "js", None)
     for name in STREAMS:
         with contextlib.suppress(Exception):
-            info = await js.stream_info(name)
-            live["streams"][name] = info.state.messages
+            messages = await bus.count(name)
+            live["streams"][name] = messages
             if name == s.COMMANDS_STREAM:
-                live["commands_in_flight"] = info.state.messages
-        if name == AUDIT_STREAM:
+                live["commands_in_flight"] = messages
+        if name == AUDIT_STREAM or js is None:
             continue
         with contextlib.suppress(Exception):
             for c in await js.consumers_info(name):
@@ -96,7 +107,7 @@ async def read_live(js: Any) -> dict[str, Any]:
                     }
                 )
     with contextlib.suppress(Exception):
-        entries = await list_runtime(js)
+        entries = await list_runtime(bus)
         live["runtime"] = dict(Counter(str(e.get("role")) for e in entries))
         live["task_durations"] = _task_durations(entries)
     return live
@@ -121,7 +132,7 @@ async def metrics(request: Request) -> Response:
       200: {description: metrics, content: {text/plain: {}}}
     """
     ctx = ctx_of(request)
-    live = await read_live(ctx.js) if ctx.nc.is_connected else {}
+    live = await read_live(ctx.bus) if _connected(ctx.nc) else {}
     return PlainTextResponse(ctx.metrics.render(live), media_type="text/plain; version=0.0.4")
 
 
@@ -134,7 +145,7 @@ async def runtime(request: Request) -> Response:
     responses:
       200: {description: "[{role, id, pool, concurrency, running, version, started_at, host}]"}
     """
-    return JSONResponse(await list_runtime(ctx_of(request).js, request.query_params.get("role")))
+    return JSONResponse(await list_runtime(ctx_of(request).bus, request.query_params.get("role")))
 
 
 async def openapi(request: Request) -> Response:

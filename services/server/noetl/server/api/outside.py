@@ -76,7 +76,7 @@ async def post_signal(request: Request) -> Response:
     if bad:
         return bad
     name = request.path_params["name"]
-    return _answer(await signal(ctx_of(request).js, eid, name, body.get("data"), body.get("request_id")))
+    return _answer(await signal(ctx_of(request).bus, eid, name, body.get("data"), body.get("request_id")))
 
 
 async def post_pause(request: Request) -> Response:
@@ -98,7 +98,7 @@ async def post_pause(request: Request) -> Response:
     if bad:
         return bad
     reason = body.get("reason")
-    return _answer(await pause(ctx_of(request).js, eid, str(reason) if reason else None))
+    return _answer(await pause(ctx_of(request).bus, eid, str(reason) if reason else None))
 
 
 async def post_resume(request: Request) -> Response:
@@ -114,7 +114,7 @@ async def post_resume(request: Request) -> Response:
     eid, bad = _eid(request)
     if bad:
         return bad
-    return _answer(await resume(ctx_of(request).js, eid))
+    return _answer(await resume(ctx_of(request).bus, eid))
 
 
 async def get_schedules(request: Request) -> Response:
@@ -127,7 +127,7 @@ async def get_schedules(request: Request) -> Response:
     """
     from noetl.store.schedules import ScheduleStore
 
-    store = await ScheduleStore.open(ctx_of(request).js)
+    store = await ScheduleStore.open(ctx_of(request).bus)
     return JSONResponse({"schedules": await store.list()})
 
 
@@ -160,7 +160,7 @@ async def post_schedule(request: Request) -> Response:
     body, bad = await _body(request)
     if bad:
         return bad
-    store = await ScheduleStore.open(ctx_of(request).js)
+    store = await ScheduleStore.open(ctx_of(request).bus)
     out = await store.add(
         request.path_params["name"],
         path=body.get("path"),
@@ -187,7 +187,7 @@ async def schedule_action(request: Request) -> Response:
     action = request.path_params["action"]
     if action not in ("pause", "resume"):
         return error(404, NoSuchEntityError, f"no schedule action {action!r}: use pause or resume")
-    store = await ScheduleStore.open(ctx_of(request).js)
+    store = await ScheduleStore.open(ctx_of(request).bus)
     return _answer(await store.set_paused(request.path_params["name"], action == "pause"), 200)
 
 
@@ -201,7 +201,7 @@ async def delete_schedule(request: Request) -> Response:
     """
     from noetl.store.schedules import ScheduleStore
 
-    store = await ScheduleStore.open(ctx_of(request).js)
+    store = await ScheduleStore.open(ctx_of(request).bus)
     return _answer(await store.delete(request.path_params["name"]), 200)
 
 

@@ -3,7 +3,8 @@
 The server keeps nothing an answer could come from that the stream cannot give back (a replica
 that never saw an execution must answer the same), so every answer here is a read of
 ``NOETL_EVENTS``; cancellation is a publish to the durable requests stream, so it survives a
-server restart between the request and its handling.
+server restart between the request and its handling. ``conn`` is the bus port, or a nats-py
+connection or JetStream context (``noetl.events.nats_port.as_bus``): the CLI still holds those.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import asyncio
 import re
 from typing import Any
 
-from nats.js import JetStreamContext
-
 from noetl.client.activity import loop_counters, task_outputs
+from noetl.client.run import read_events
 from noetl.client.view import execution_output, waiting_for
 from noetl.dsl.errors import brief
 from noetl.events import subjects as s
-from noetl.events.bus import read_execution_events, read_messages
+from noetl.events.envelope import loads
+from noetl.events.nats_port import as_bus
 
 REQUESTED_FILTER = s.events_named("playbook.execution.requested")
 FINISHED_FILTER = s.events_named("workflow.finished")
@@ -31,6 +32,11 @@ _ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 def valid_execution_id(execution_id: str) -> bool:
     """An id goes into subject filters: a dot or a wildcard in it would match other executions."""
     return bool(_ID.match(execution_id))
+
+
+async def _read(bus: Any, filters: list[str]) -> list[tuple[int, Any]]:
+    """(seq, decoded event) of every event matching ``filters``, in stream order."""
+    return [(m.seq, loads(m.data)) for m in await bus.read(s.EVENTS_STREAM, filters)]
 
 
 def _summary_of(requested: dict[str, Any] | None, finished: dict[str, Any] | None) -> dict[str, Any]:
@@ -52,7 +58,7 @@ def _summary_of(requested: dict[str, Any] | None, finished: dict[str, Any] | Non
     }
 
 
-async def _waits(js: JetStreamContext, items: list[dict[str, Any]]) -> None:
+async def _waits(bus: Any, items: list[dict[str, Any]]) -> None:
     """Fill in what each running execution of a listed page waits for (a signal, a resume).
 
     Only executions that ever waited or paused are read in full (one filtered read finds them), so
@@ -62,19 +68,19 @@ async def _waits(js: JetStreamContext, items: list[dict[str, Any]]) -> None:
     running = {item["execution_id"]: item for item in items if item["status"] == "running"}
     if not running:
         return
-    outside = {ev.get("execution_id") for _, ev in await read_messages(js, s.EVENTS_STREAM, OUTSIDE_FILTERS)}
+    outside = {ev.get("execution_id") for _, ev in await _read(bus, OUTSIDE_FILTERS)}
     gate = asyncio.Semaphore(8)
 
     async def one(item: dict[str, Any]) -> None:
         async with gate:
-            waits = waiting_for(await read_execution_events(js, item["execution_id"]))
+            waits = waiting_for(await read_events(bus, item["execution_id"]))
         item["waiting"], item["paused"] = waits["signals"], waits["paused"]
 
     await asyncio.gather(*(one(item) for eid, item in running.items() if eid in outside))
 
 
 async def list_executions(
-    js: JetStreamContext,
+    conn: Any,
     *,
     status: str | None = None,
     path: str | None = None,
@@ -87,9 +93,10 @@ async def list_executions(
     ``playbook.execution.requested``: it is listed too, as failed with no path, because a client
     that sent it still wants to find out why it never ran.
     """
+    bus = as_bus(conn)
     limit = max(1, min(int(limit), MAX_LIMIT))
-    requested = await read_messages(js, s.EVENTS_STREAM, [REQUESTED_FILTER])
-    finished = await read_messages(js, s.EVENTS_STREAM, [FINISHED_FILTER])
+    requested = await _read(bus, [REQUESTED_FILTER])
+    finished = await _read(bus, [FINISHED_FILTER])
     first_seq: dict[str, int] = {}
     req_by: dict[str, dict[str, Any]] = {}
     fin_by: dict[str, dict[str, Any]] = {}
@@ -117,13 +124,13 @@ async def list_executions(
             next_cursor = first_seq[items[-1]["execution_id"]]
             break
         items.append(item)
-    await _waits(js, items)
+    await _waits(bus, items)
     return {"executions": items, "next_cursor": next_cursor}
 
 
-async def execution_status(js: JetStreamContext, execution_id: str) -> dict[str, Any] | None:
+async def execution_status(conn: Any, execution_id: str) -> dict[str, Any] | None:
     """Status, ctx, step runs and result, or None when the log has no event of this execution."""
-    events = await read_execution_events(js, execution_id)
+    events = await read_events(conn, execution_id)
     if not events:
         return None
     out = execution_output(execution_id, events)
@@ -141,20 +148,21 @@ async def execution_status(js: JetStreamContext, execution_id: str) -> dict[str,
 
 
 async def execution_logs(
-    js: JetStreamContext, execution_id: str, step: str | None = None
+    conn: Any, execution_id: str, step: str | None = None
 ) -> list[dict[str, Any]] | None:
     """What each task run printed or logged (masked, capped), in log order, with output that
     travelled by reference read back; None when the log has no event of this execution."""
     from noetl.events.objects import is_reference, resolve
 
-    events = await read_execution_events(js, execution_id)
+    bus = as_bus(conn)
+    events = await read_events(bus, execution_id)
     if not events:
         return None
     out = task_outputs(events, step)
     for entry in out:
         if is_reference(entry["output"]):
             try:
-                entry["output"] = await resolve(js, entry["output"])
+                entry["output"] = await resolve(bus, entry["output"])
             except Exception as e:  # removed by retention, or damaged: say so, keep the others
                 entry["output"] = f"[output not readable from the object store: {type(e).__name__}]\n"
     return out

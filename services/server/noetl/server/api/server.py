@@ -1,9 +1,9 @@
 """Uvicorn in-process, as a task on the server's own event loop.
 
-The HTTP API shares the NATS connection and the request handler of the control plane it runs
-in, so an HTTP request costs no extra hop and the two paths cannot drift apart. Port 0 asks the
-OS for a free port (tests, several servers on one host); the bound port is read back from the
-listening socket.
+The HTTP API shares the bus (NATS, or the in-memory twin: ``noetl.events.port``) and the request
+handler of the control plane it runs in, so an HTTP request costs no extra hop and the two paths
+cannot drift apart. Port 0 asks the OS for a free port (tests, several servers on one host); the
+bound port is read back from the listening socket.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
-from nats.aio.client import Client as NATS
 
 from noetl.dsl.errors import DeploymentError
+from noetl.events.nats_port import as_bus
 from noetl.events.retry import retrying
 from noetl.server.api.app import build_app
 from noetl.server.api.collector import MetricsCollector
@@ -82,7 +82,7 @@ def _listen(host: str, port: int) -> socket.socket:
 class ApiServer:
     def __init__(
         self,
-        nc: NATS,
+        conn: Any,
         requests_handler: Any,
         catalog: Any,
         credentials: Any,
@@ -93,12 +93,13 @@ class ApiServer:
         admin_token: str | None = None,
         insecure: bool | None = None,
     ) -> None:
+        """``conn``: the bus port, or a nats-py connection or JetStream context (``as_bus``)."""
         token = token if token is not None else os.environ.get(TOKEN_ENV) or None
         if insecure is None:
             insecure = os.environ.get(INSECURE_ENV, "").strip().lower() in ("1", "true", "yes")
         check_exposure(host, token, insecure)
         self.ctx = ApiContext(
-            nc=nc,
+            bus=as_bus(conn),
             requests=requests_handler,
             catalog=catalog,
             credentials=credentials,
@@ -107,7 +108,7 @@ class ApiServer:
         )
         self.host, self.port = host, port
         self.app = build_app(self.ctx)
-        self.collector = MetricsCollector(nc, self.ctx.metrics)
+        self.collector = MetricsCollector(self.ctx.bus, self.ctx.metrics)
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -117,7 +118,7 @@ class ApiServer:
         return f"http://{host}:{self.port}"
 
     async def start(self) -> None:
-        await retrying(lambda: ensure_audit_stream(self.ctx.js), "audit stream")
+        await retrying(lambda: ensure_audit_stream(self.ctx.bus), "audit stream")
         await retrying(self.collector.start, "execution collector")
         config = uvicorn.Config(
             self.app,

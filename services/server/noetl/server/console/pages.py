@@ -28,11 +28,11 @@ from starlette.staticfiles import StaticFiles
 
 from noetl.client.run import cancel as request_cancel
 from noetl.client.run import pause as request_pause
+from noetl.client.run import read_events
 from noetl.client.run import resume as request_resume
 from noetl.client.run import signal as request_signal
 from noetl.dsl.errors import PlaybookInvalidError, RequestInvalidError, reply_error
 from noetl.dsl.validate import load_playbook
-from noetl.events.bus import read_execution_events
 from noetl.events.runtime import list_runtime
 from noetl.server.api.auth import SESSION_COOKIE, session_value
 from noetl.server.api.context import ctx_of, read_body
@@ -63,8 +63,8 @@ class Action:
     fields: tuple[str, ...] = ()
 
 
-async def _cancel(js: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
-    return await request_cancel(js, execution_id, "cancelled from the console")
+async def _cancel(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
+    return await request_cancel(bus, execution_id, "cancelled from the console")
 
 
 async def _outside(out: dict[str, Any]) -> dict[str, Any] | None:
@@ -73,15 +73,15 @@ async def _outside(out: dict[str, Any]) -> dict[str, Any] | None:
     return None if (out.get("error") or {}).get("kind") == "not_found" else out
 
 
-async def _pause(js: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
-    return await _outside(await request_pause(js, execution_id, "paused from the console"))
+async def _pause(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
+    return await _outside(await request_pause(bus, execution_id, "paused from the console"))
 
 
-async def _resume(js: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
-    return await _outside(await request_resume(js, execution_id))
+async def _resume(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
+    return await _outside(await request_resume(bus, execution_id))
 
 
-async def _signal(js: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
+async def _signal(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
     """The signal form: its data is JSON (empty sends none); the request id the page was rendered
     with makes a double click one signal, not a second one queued for the next wait."""
     text = (form.get("data") or "").strip()
@@ -90,7 +90,7 @@ async def _signal(js: Any, execution_id: str, form: dict[str, str]) -> dict[str,
     except ValueError as e:
         return reply_error(RequestInvalidError(f"the signal's data is not JSON: {e}"))
     name = (form.get("signal") or "").strip()
-    return await _outside(await request_signal(js, execution_id, name, data, form.get("request_id") or None))
+    return await _outside(await request_signal(bus, execution_id, name, data, form.get("request_id") or None))
 
 
 ACTIONS: dict[str, Action] = {
@@ -219,7 +219,7 @@ async def executions_page(request: Request) -> Response:
         before = int(q["before"]) if q.get("before") else None
     except ValueError:
         before = None
-    out = await list_executions(ctx_of(request).js, status=status, path=path, limit=PAGE_SIZE, before=before)
+    out = await list_executions(ctx_of(request).bus, status=status, path=path, limit=PAGE_SIZE, before=before)
     now = datetime.now(UTC).isoformat()
     rows = [
         {**e, "duration_ms": duration_ms(e.get("requested_at"), e.get("finished_at") or now)}
@@ -283,7 +283,7 @@ async def _read_view(request: Request) -> tuple[ExecutionView, list[dict[str, An
     eid = request.path_params["execution_id"]
     if not valid_execution_id(eid):
         return page(request, "missing.html", 400, what=f"execution {eid}")
-    events = await read_execution_events(ctx_of(request).js, eid)
+    events = await read_events(ctx_of(request).bus, eid)
     if not events:
         return page(request, "missing.html", 404, what=f"execution {eid}")
     return fold(eid, events), events
@@ -349,7 +349,7 @@ async def execution_stream(request: Request) -> Response:
     async def frames() -> AsyncIterator[str]:
         yield ": noetl console\n\n"
         async for ev in follow_events(
-            ctx.nc, eid, after_event_id=after, stop=ctx.closing, idle=KEEPALIVE_SECONDS
+            ctx.bus, eid, after_event_id=after, stop=ctx.closing, idle=KEEPALIVE_SECONDS
         ):
             if ev is None:
                 yield ": keep-alive\n\n"
@@ -372,7 +372,7 @@ async def execution_action(request: Request) -> Response:
     if action is None or not valid_execution_id(eid):
         return page(request, "missing.html", 404, what=f"action {name}")
     form = await form_data(request) if action.fields else {}
-    out = await action.run(ctx_of(request).js, eid, form)
+    out = await action.run(ctx_of(request).bus, eid, form)
     if out is None:
         return page(request, "missing.html", 404, what=f"execution {eid}")
     err = out.get("error") or {}
@@ -416,7 +416,7 @@ async def playbook_page(
     except PlaybookInvalidError:
         graph, workload, description = None, {}, None
     versions = [e.get("version") for e in await ctx.catalog.list() if e["path"] == path and e.get("version")]
-    recent = (await list_executions(ctx.js, path=path, limit=10))["executions"]
+    recent = (await list_executions(ctx.bus, path=path, limit=10))["executions"]
     return page(
         request,
         "playbook.html",
@@ -466,7 +466,7 @@ async def start_execution(request: Request) -> Response:
 
 
 async def workers_page(request: Request) -> Response:
-    entries = await list_runtime(ctx_of(request).js)
+    entries = await list_runtime(ctx_of(request).bus)
     servers = [e for e in entries if e.get("role") == "server"]
     pools: dict[str, dict[str, Any]] = {}
     for e in entries:
