@@ -1,7 +1,7 @@
 """Connecting, publishing with deterministic ids, and reading an execution's events back.
 
-Reads use an ephemeral pull consumer whose creation reply tells how many messages match, so a
-read ends exactly when it has them all instead of waiting for a time-out.
+Reads are ``Bus.read`` (``noetl.events.nats_port``): an ephemeral pull consumer whose creation
+reply tells how many messages match, so a read ends exactly when it has them all.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from noetl.events import subjects as s
 from noetl.events.envelope import loads
@@ -97,48 +96,19 @@ async def publish_all(
 
 
 async def read_messages(
-    js: JetStreamContext,
+    js: Any,
     stream: str,
     filters: list[str],
     *,
     before_seq: int | None = None,
     start_seq: int | None = None,
 ) -> list[tuple[int, Any]]:
-    """Every message of ``stream`` matching ``filters`` (stream order), as (seq, decoded JSON)."""
-    cfg = ConsumerConfig(
-        ack_policy=AckPolicy.NONE,
-        inactive_threshold=30.0,
-        mem_storage=True,
-        max_ack_pending=-1,
-        deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start_seq else DeliverPolicy.ALL,
-        opt_start_seq=start_seq,
-    )
-    if len(filters) == 1:
-        cfg.filter_subject = filters[0]
-    else:
-        cfg.filter_subjects = filters
-    info = await js.add_consumer(stream, cfg)
-    remaining = info.num_pending or 0
-    out: list[tuple[int, Any]] = []
-    if remaining:
-        sub = await js.pull_subscribe_bind(consumer=info.name, stream=stream)
-        try:
-            while remaining > 0:
-                msgs = await sub.fetch(min(remaining, 512), timeout=10)
-                for m in msgs:
-                    remaining -= 1
-                    seq = m.metadata.sequence.stream
-                    if before_seq is not None and seq >= before_seq:
-                        remaining = 0
-                        break
-                    out.append((seq, loads(m.data)))
-        finally:
-            await sub.unsubscribe()
-    try:
-        await js.delete_consumer(stream, info.name)
-    except Exception:
-        pass
-    return out
+    """Every message of ``stream`` matching ``filters`` (stream order), as (seq, decoded JSON):
+    ``Bus.read`` for callers that hold a nats-py connection or JetStream context."""
+    from noetl.events.nats_port import as_bus
+
+    msgs = await as_bus(js).read(stream, filters, start_seq=start_seq or 1, before_seq=before_seq)
+    return [(m.seq, loads(m.data)) for m in msgs]
 
 
 async def read_execution_events(js: JetStreamContext, execution_id: str) -> list[dict[str, Any]]:

@@ -196,53 +196,43 @@ async def _follow(nc: Any, execution_id: str, progress: Progress, finished: asyn
     over and nothing is left. Not live, output is all it shows: then only ``task.done`` and the
     ``step.scheduled`` that name its step are read (a loop of a million iterations would
     otherwise cost this process, the worker's own in ``noetl run``, two more events each)."""
-    from nats.js.api import ConsumerConfig, DeliverPolicy
-
     from noetl.events import subjects as s
     from noetl.events.envelope import loads
+    from noetl.events.nats_port import as_bus
     from noetl.events.objects import is_reference, resolve
 
-    js = nc.jetstream()
+    bus = as_bus(nc)
     subjects = (
         [s.execution_events_filter(execution_id)]
         if progress.live
         else [s.execution_event_filter(execution_id, n) for n in ("step.scheduled", "task.done")]
     )
-    sub = await js.subscribe(
-        subjects[0],
-        stream=s.EVENTS_STREAM,
-        ordered_consumer=True,
-        config=ConsumerConfig(
-            deliver_policy=DeliverPolicy.ALL, filter_subjects=subjects if len(subjects) > 1 else None
-        ),
-    )
+    reader = await bus.reader(s.EVENTS_STREAM, subjects)
     try:
         while True:
-            try:
-                msg = await sub.next_msg(timeout=progress.interval)
-            except TimeoutError:
-                if finished.is_set():
+            msgs = await reader.fetch(256, progress.interval)  # a lost reader ends the display
+            if not msgs:
+                if finished.is_set():  # the run is over and every stored event has been shown
                     return
                 progress.tick()
                 continue
-            try:
-                ev = loads(msg.data)
-            except ValueError:
-                continue
-            if not isinstance(ev, dict):
-                continue
-            p = ev.get("payload")
-            if isinstance(p, dict) and is_reference(p.get("output")):
-                with contextlib.suppress(Exception):  # shown as "stored by reference" instead
-                    p["output"] = await resolve(js, p["output"])
-            progress.feed(ev)
-            if ev.get("name") == "playbook.processed":
-                return
-            if finished.is_set() and not msg.metadata.num_pending:
-                return
+            for msg in msgs:
+                try:
+                    ev = loads(msg.data)
+                except ValueError:
+                    continue
+                if not isinstance(ev, dict):
+                    continue
+                p = ev.get("payload")
+                if isinstance(p, dict) and is_reference(p.get("output")):
+                    with contextlib.suppress(Exception):  # shown as "stored by reference" instead
+                        p["output"] = await resolve(bus, p["output"])
+                progress.feed(ev)
+                if ev.get("name") == "playbook.processed":
+                    return
     finally:
         with contextlib.suppress(Exception):
-            await sub.unsubscribe()
+            await reader.close()
 
 
 async def _following(nc: Any, execution_id: str, progress: Progress, finished: asyncio.Event) -> None:
