@@ -1,5 +1,5 @@
-"""Masking through a real worker: the secret is hidden everywhere, the rest of the entry is not
-rewritten (issue: say no early, never rewrite data)."""
+"""Masking through a real server and worker (on the in-memory bus): the secret is hidden in every
+event, the rest of the entry is not rewritten (issue: say no early, never rewrite data)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import json
 import uuid
 from typing import Any
 
-from noetl.client.run import run_and_wait
-from noetl.events.bus import read_execution_events
+from noetl.client.run import read_events, run_and_wait
 from noetl.server.service import Server
 from noetl.store.credentials import CredentialStore, generate_key
 from noetl.worker.service import Worker
@@ -36,18 +35,18 @@ workflow:
 """
 
 
-async def test_non_secret_fields_route_and_compute_and_the_password_is_masked(nc: Any) -> None:
-    creds = await CredentialStore.open(nc.jetstream(), generate_key())
+async def test_non_secret_fields_route_and_compute_and_the_password_is_masked(bus: Any) -> None:
+    creds = await CredentialStore.open(bus, generate_key())
     name, password = f"pg_{uuid.uuid4().hex[:6]}", "Pa55-" + uuid.uuid4().hex[:10]
     data = {"host": "localhost", "user": "postgres", "password": password, "database": "test"}
     await creds.put(name, "postgres_credential", data, {"paths": ["*"], "inline": True})
-    server, worker = Server(nc, credentials=creds), Worker(nc, concurrency=4, credentials=creds)
+    server, worker = Server(bus, credentials=creds), Worker(bus, concurrency=4, credentials=creds)
     await server.start()
     await worker.start()
     try:
         request = {"request_id": uuid.uuid4().hex, "playbook": PLAYBOOK.replace("CRED", name)}
-        out = await run_and_wait(nc, request, timeout=30)
-        events = await read_execution_events(nc.jetstream(), out["execution_id"])
+        out = await run_and_wait(bus, request, timeout=30)
+        events = await read_events(bus, out["execution_id"])
     finally:
         await worker.stop(drain=False)
         await server.stop()
