@@ -19,13 +19,6 @@ from nats.js.errors import APIError, NoStreamResponseError
 _by_connection: weakref.WeakKeyDictionary[NATS, Publisher] = weakref.WeakKeyDictionary()
 
 
-def ignore_result(fut: asyncio.Future[Any]) -> None:
-    """Done-callback for a publish whose ack nobody waits for: retrieve its outcome so asyncio
-    does not report it as never retrieved."""
-    if not fut.cancelled():
-        fut.exception()
-
-
 class Publisher:
     def __init__(self, nc: NATS) -> None:
         self.nc = nc

@@ -91,11 +91,6 @@ def consumer_delete_subject(stream: str, consumer: str) -> str:
     return f"$JS.API.CONSUMER.DELETE.{stream}.{consumer}"
 
 
-def stream_purge_subject(stream: str) -> str:
-    """JetStream's API to purge a stream (the body may carry a ``filter``)."""
-    return f"$JS.API.STREAM.PURGE.{stream}"
-
-
 def consumer_next_subject(stream: str, consumer: str) -> str:
     """JetStream's API a pull consumer is fetched from."""
     return f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"

@@ -374,8 +374,8 @@ class Server:
             await self._store_each(groups, partition, last_seq)
         self.lanes.release()
         if ended_loops:
-            await self._purge_snapshots(ended_loops)
-        await self._disarm(groups)
+            self._purge_snapshots(ended_loops)
+        self._disarm(groups)
         self.decided += len(batch)
         self._forget_finished()
 
@@ -401,14 +401,15 @@ class Server:
         for cmd in decision.commands:
             group.commands.append((s.command_subject(cmd["pool"]), dumps(cmd), cmd["command_id"]))
 
-    async def _disarm(self, groups: dict[str, _Outputs]) -> None:
-        """Timers of runs that ended, and every timer of an execution that finished."""
+    def _disarm(self, groups: dict[str, _Outputs]) -> None:
+        """Timers of runs that ended, and every timer of an execution that finished: purged in the
+        background (``timers.disarm``)."""
         for eid, g in groups.items():
             state = self.states.get(eid)
             if state is not None and state.finished and timers.uses_timers(state.playbook):
-                await timers.disarm(self.bus, eid)
+                self._in_background(timers.disarm(self.bus, eid))
             elif g.disarm:
-                await timers.disarm(self.bus, eid, g.disarm)
+                self._in_background(timers.disarm(self.bus, eid, g.disarm))
 
     def _forget_finished(self) -> None:
         for eid in [e for e, st in self.states.items() if st.finished]:
@@ -431,8 +432,8 @@ class Server:
         except _Unstorable:
             await self._store_each(groups, partition, None)
         if ended_loops:
-            await self._purge_snapshots(ended_loops)
-        await self._disarm(groups)
+            self._purge_snapshots(ended_loops)
+        self._disarm(groups)
         self.decided += 1
         self._forget_finished()
 
@@ -540,7 +541,7 @@ class Server:
             del self._unsaved[partition]
         await self.kv.put_nowait(s.checkpoint_key(partition), str(seq).encode())
 
-    async def _purge_snapshots(self, loops: list[tuple[str, str]]) -> None:
+    def _purge_snapshots(self, loops: list[tuple[str, str]]) -> None:
         """One purge per ended loop instead of one per iteration; not awaited: a purge lost to a
         crash leaves snapshots of finished iterations, which nothing reads again."""
         for execution_id, run_id in loops:

@@ -32,9 +32,6 @@ log = logging.getLogger("noetl.server")
 
 TIMER_ACK_WAIT = 10.0
 
-_purging: set[asyncio.Task[None]] = set()  # disarms under way (a task nobody holds may be collected)
-
-
 async def arm(bus: Bus | Any, timers: list[dict[str, Any]]) -> None:
     """Store timer definitions; JetStream publishes each on ``noetl.timers.due`` at its ``at``."""
     bus = as_bus(bus)
@@ -48,21 +45,15 @@ async def arm(bus: Bus | Any, timers: list[dict[str, Any]]) -> None:
 
 
 async def disarm(bus: Bus | Any, execution_id: str, timer_ids: list[str] | None = None) -> None:
-    """Purge timer definitions (of one execution, or all of it when ``timer_ids`` is None). Returns
-    at once, the purges go on in a task: a timer that fires anyway is ignored by the engine, so
-    nothing waits for them and a failed one is only logged."""
+    """Purge timer definitions (of one execution, or all of it when ``timer_ids`` is None). Nobody
+    needs to wait for it (the server runs it in the background): a timer that fires anyway is
+    ignored by the engine, so a failed purge is only logged."""
     bus = as_bus(bus)
     filters = (
         [s.execution_timers_filter(execution_id)]
         if timer_ids is None
         else [s.timer_subject(execution_id, t) for t in timer_ids]
     )
-    task = asyncio.create_task(_purge(bus, filters), name=f"noetl-disarm-{execution_id}")
-    _purging.add(task)
-    task.add_done_callback(_purging.discard)
-
-
-async def _purge(bus: Bus, filters: list[str]) -> None:
     for f in filters:
         try:
             await bus.purge(s.TIMERS_STREAM, f)
