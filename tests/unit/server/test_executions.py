@@ -8,8 +8,9 @@ import json
 import uuid
 from typing import Any
 
-from noetl.client.run import read_events, run_and_wait
+from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
+from noetl.events.bus import read_execution_events
 from tests.service.test_execution import CHAIN
 
 
@@ -32,7 +33,7 @@ async def test_same_request_id_runs_once(bus, services) -> None:  # type: ignore
     first = await run_and_wait(bus, {"request_id": rid, "playbook": CHAIN}, timeout=30)
     second = await run_and_wait(bus, {"request_id": rid, "playbook": CHAIN}, timeout=30)
     assert first["execution_id"] == second["execution_id"]
-    events = await read_events(bus, first["execution_id"])
+    events = await read_execution_events(bus, first["execution_id"])
     assert [e["name"] for e in events].count("workflow.started") == 1
 
 

@@ -7,7 +7,8 @@ import json
 import uuid
 from typing import Any
 
-from noetl.client.run import read_events, run_and_wait
+from noetl.client.run import run_and_wait
+from noetl.events.bus import read_execution_events
 from noetl.server.service import Server
 from noetl.store.credentials import CredentialStore, generate_key
 from noetl.worker.service import Worker
@@ -46,7 +47,7 @@ async def test_non_secret_fields_route_and_compute_and_the_password_is_masked(bu
     try:
         request = {"request_id": uuid.uuid4().hex, "playbook": PLAYBOOK.replace("CRED", name)}
         out = await run_and_wait(bus, request, timeout=30)
-        events = await read_events(bus, out["execution_id"])
+        events = await read_execution_events(bus, out["execution_id"])
     finally:
         await worker.stop(drain=False)
         await server.stop()

@@ -9,7 +9,8 @@ import time
 import uuid
 from typing import Any
 
-from noetl.client.run import finished_event, read_events, signal, submit
+from noetl.client.run import finished_event, signal, submit
+from noetl.events.bus import read_execution_events
 from tests.service.test_outside import APPROVAL, EXECUTION_LIMIT, TIMEOUT
 from tests.support import until
 
@@ -24,7 +25,7 @@ async def finished(bus: Any, eid: str) -> dict[str, Any]:
 
 
 async def _has(bus: Any, eid: str, name: str) -> bool:
-    return any(e["name"] == name for e in await read_events(bus, eid))
+    return any(e["name"] == name for e in await read_execution_events(bus, eid))
 
 
 async def test_a_signal_sent_early_waits_in_the_queue(bus: Any, services: Any) -> None:
@@ -46,7 +47,7 @@ async def test_step_timeout_routes_and_the_worker_stops_the_task(bus: Any, servi
     fin = await finished(bus, eid)
     assert fin["status"] == "success" and fin["result"] == "routed"
     assert time.monotonic() - began < 10
-    events = await read_events(bus, eid)
+    events = await read_execution_events(bus, eid)
     failed = [e for e in events if e["name"] == "step.failed" and e["entity_id"] == "start"]
     assert failed[0]["source"] == "server" and failed[0]["payload"]["error"]["kind"] == "step_timeout"
     assert "step.cancelled" in [e["name"] for e in events]
@@ -55,7 +56,7 @@ async def test_step_timeout_routes_and_the_worker_stops_the_task(bus: Any, servi
 
 
 async def _worker_ended(bus: Any, eid: str) -> bool:
-    events = await read_events(bus, eid)
+    events = await read_execution_events(bus, eid)
     return any(e["name"] == "step.failed" and e["source"] == "worker" for e in events)
 
 

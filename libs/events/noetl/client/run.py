@@ -21,6 +21,7 @@ from noetl.dsl.errors import (
 )
 from noetl.dsl.names import execution_id_problem, request_id_problem, signal_name_problem
 from noetl.events import subjects as s
+from noetl.events.bus import read_execution_events
 from noetl.events.envelope import dumps, loads
 from noetl.events.ids import execution_id_for
 from noetl.events.nats_port import as_bus
@@ -145,23 +146,18 @@ async def wait_finished(
     await awaited.wait(timeout)
 
 
-async def read_events(conn: Any, execution_id: str) -> list[dict[str, Any]]:
-    msgs = await as_bus(conn).read(s.EVENTS_STREAM, [s.execution_events_filter(execution_id)])
-    return [loads(m.data) for m in msgs]
-
-
 async def complete_log(conn: Any, execution_id: str, patience: float = 5.0) -> list[dict[str, Any]]:
     """The execution's events up to ``playbook.processed``.
 
     A core subscriber can hear of a message before the stream has stored it, so a read right
     after the notification may end a few events short: read again until the last event is there.
     """
-    events = await read_events(conn, execution_id)
+    events = await read_execution_events(conn, execution_id)
     waited = 0.0
     while (not events or events[-1].get("name") != "playbook.processed") and waited < patience:
         await asyncio.sleep(0.02)
         waited += 0.02
-        events = await read_events(conn, execution_id)
+        events = await read_execution_events(conn, execution_id)
     return events
 
 

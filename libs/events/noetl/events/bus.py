@@ -111,5 +111,7 @@ async def read_messages(
     return [(m.seq, loads(m.data)) for m in msgs]
 
 
-async def read_execution_events(js: JetStreamContext, execution_id: str) -> list[dict[str, Any]]:
+async def read_execution_events(js: Any, execution_id: str) -> list[dict[str, Any]]:
+    """One execution's events in stream order; ``js``: a bus port, or a nats-py connection or
+    JetStream context."""
     return [e for _, e in await read_messages(js, s.EVENTS_STREAM, [s.execution_events_filter(execution_id)])]

@@ -14,10 +14,10 @@ import re
 from typing import Any
 
 from noetl.client.activity import loop_counters, task_outputs
-from noetl.client.run import read_events
 from noetl.client.view import execution_output, waiting_for
 from noetl.dsl.errors import brief
 from noetl.events import subjects as s
+from noetl.events.bus import read_execution_events
 from noetl.events.envelope import loads
 from noetl.events.nats_port import as_bus
 
@@ -73,7 +73,7 @@ async def _waits(bus: Any, items: list[dict[str, Any]]) -> None:
 
     async def one(item: dict[str, Any]) -> None:
         async with gate:
-            waits = waiting_for(await read_events(bus, item["execution_id"]))
+            waits = waiting_for(await read_execution_events(bus, item["execution_id"]))
         item["waiting"], item["paused"] = waits["signals"], waits["paused"]
 
     await asyncio.gather(*(one(item) for eid, item in running.items() if eid in outside))
@@ -130,7 +130,7 @@ async def list_executions(
 
 async def execution_status(conn: Any, execution_id: str) -> dict[str, Any] | None:
     """Status, ctx, step runs and result, or None when the log has no event of this execution."""
-    events = await read_events(conn, execution_id)
+    events = await read_execution_events(conn, execution_id)
     if not events:
         return None
     out = execution_output(execution_id, events)
@@ -155,7 +155,7 @@ async def execution_logs(
     from noetl.events.objects import is_reference, resolve
 
     bus = as_bus(conn)
-    events = await read_events(bus, execution_id)
+    events = await read_execution_events(bus, execution_id)
     if not events:
         return None
     out = task_outputs(events, step)

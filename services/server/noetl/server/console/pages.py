@@ -28,11 +28,11 @@ from starlette.staticfiles import StaticFiles
 
 from noetl.client.run import cancel as request_cancel
 from noetl.client.run import pause as request_pause
-from noetl.client.run import read_events
 from noetl.client.run import resume as request_resume
 from noetl.client.run import signal as request_signal
 from noetl.dsl.errors import PlaybookInvalidError, RequestInvalidError, reply_error
 from noetl.dsl.validate import load_playbook
+from noetl.events.bus import read_execution_events
 from noetl.events.runtime import list_runtime
 from noetl.server.api.auth import SESSION_COOKIE, session_value
 from noetl.server.api.context import ctx_of, read_body
@@ -283,7 +283,7 @@ async def _read_view(request: Request) -> tuple[ExecutionView, list[dict[str, An
     eid = request.path_params["execution_id"]
     if not valid_execution_id(eid):
         return page(request, "missing.html", 400, what=f"execution {eid}")
-    events = await read_events(ctx_of(request).bus, eid)
+    events = await read_execution_events(ctx_of(request).bus, eid)
     if not events:
         return page(request, "missing.html", 404, what=f"execution {eid}")
     return fold(eid, events), events
