@@ -115,6 +115,19 @@ class ScheduleStore:
                 out.append(sch)
         return out
 
+    async def add_request(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``add`` from an API request's JSON body: the HTTP API and the NATS service take the same
+        fields (docs/api.md)."""
+        return await self.add(
+            name,
+            path=body.get("path"),
+            version=body.get("version"),
+            cron=body.get("cron"),
+            timezone=body.get("timezone"),
+            payload=body.get("payload"),
+            overlap=body.get("overlap") or "allow",
+        )
+
     async def add(
         self,
         name: str,

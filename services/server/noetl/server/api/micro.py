@@ -200,15 +200,7 @@ class NatsApiService:
             await _reply(req, reply_error(RequestInvalidError('send {"name": "...", ...}')), 400)
             return
         if action == "add":
-            out = await store.add(
-                name,
-                path=body.get("path"),
-                version=body.get("version"),
-                cron=body.get("cron"),
-                timezone=body.get("timezone"),
-                payload=body.get("payload"),
-                overlap=body.get("overlap") or "allow",
-            )
+            out = await store.add_request(name, body)
         elif action in ("pause", "resume"):
             out = await store.set_paused(name, action == "pause")
         else:

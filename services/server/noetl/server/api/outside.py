@@ -161,15 +161,7 @@ async def post_schedule(request: Request) -> Response:
     if bad:
         return bad
     store = await ScheduleStore.open(ctx_of(request).bus)
-    out = await store.add(
-        request.path_params["name"],
-        path=body.get("path"),
-        version=body.get("version"),
-        cron=body.get("cron"),
-        timezone=body.get("timezone"),
-        payload=body.get("payload"),
-        overlap=body.get("overlap") or "allow",
-    )
+    out = await store.add_request(request.path_params["name"], body)
     return _answer(out, 201)
 
 
