@@ -234,20 +234,28 @@ def action_parsers(p: argparse.ArgumentParser) -> Callable[[str, str], argparse.
     return action
 
 
+def client_parser(
+    sub: Any, name: str, help_text: str, fn: Any, nats_url_default: str, *, timeout_help: str = ""
+) -> argparse.ArgumentParser:
+    """A command that talks to a deployment: ``--nats-url`` and ``--timeout``, and ``fn`` run
+    with a client (``afn``: the coroutine, for callers with a loop and a client of their own)."""
+    p = sub.add_parser(name, help=help_text)
+    p.add_argument(
+        "--nats-url", default=nats_url_default, help="NATS URL, or a comma-separated list of a cluster's"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"give up after this many seconds{timeout_help}",
+    )
+    p.set_defaults(fn=_run(fn), afn=fn)
+    return p
+
+
 def add_parsers(sub: Any, nats_url_default: str) -> None:
     def parser(name: str, help_text: str, fn: Any) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument(
-            "--nats-url", default=nats_url_default, help="NATS URL, or a comma-separated list of a cluster's"
-        )
-        p.add_argument(
-            "--timeout",
-            type=float,
-            default=DEFAULT_TIMEOUT,
-            help="give up after this many seconds (not with --follow)",
-        )
-        p.set_defaults(fn=_run(fn), afn=fn)  # afn: the coroutine, for callers with a loop and a client
-        return p
+        return client_parser(sub, name, help_text, fn, nats_url_default, timeout_help=" (not with --follow)")
 
     p = parser("status", "status, ctx, step runs and result of an execution", _status)
     p.add_argument("execution_id")

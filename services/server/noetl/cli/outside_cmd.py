@@ -13,8 +13,7 @@ import json
 import sys
 from typing import Any
 
-from noetl.cli.ops_cmd import _check_id, _print_json, _run, action_parsers
-from noetl.cli.session import DEFAULT_TIMEOUT
+from noetl.cli.ops_cmd import _check_id, _print_json, action_parsers, client_parser
 
 
 def _answer(out: dict[str, Any]) -> int:
@@ -98,15 +97,7 @@ async def _schedule(nc: Any, args: argparse.Namespace) -> int:
 
 def add_parsers(sub: Any, nats_url_default: str) -> None:
     def parser(name: str, help_text: str, fn: Any) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument(
-            "--nats-url", default=nats_url_default, help="NATS URL, or a comma-separated list of a cluster's"
-        )
-        p.add_argument(
-            "--timeout", type=float, default=DEFAULT_TIMEOUT, help="give up after this many seconds"
-        )
-        p.set_defaults(fn=_run(fn), afn=fn)
-        return p
+        return client_parser(sub, name, help_text, fn, nats_url_default)
 
     p = parser("signal", "send a signal to an execution (a step awaiting it takes it)", _signal)
     p.add_argument("execution_id")
