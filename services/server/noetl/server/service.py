@@ -28,6 +28,7 @@ from noetl.engine import ExecutionState, decide, is_input, new_state
 from noetl.engine.endings import ending
 from noetl.engine.fold import replay
 from noetl.events import subjects as s
+from noetl.events import supervise
 from noetl.events.clock import utc_now
 from noetl.events.envelope import WireError, decode_event, dumps, loads, make_event
 from noetl.events.ids import derive_id
@@ -59,6 +60,8 @@ _WAITED_FOR = frozenset({"workflow.finished", "playbook.processed"})
 _NATS_ERRORS = (nats.errors.Error, BusError)
 # a request taken by a replica that then died goes to another one after this many seconds
 REQUEST_ACK_WAIT = 10.0
+# an owned partition whose reader is being opened again for longer than this is reported without one
+READER_GRACE = 10.0
 
 
 class Server:
@@ -96,6 +99,9 @@ class Server:
         self._unsaved: dict[int, int] = {}  # partition -> stored stream sequence not checkpointed yet
         self._next_save: dict[int, float] = {}
         self._readers = 0  # readers opened, for unique names
+        self.reader_restarts = 0  # readers lost and opened again (metrics)
+        # owned partition -> (a reader open, since when): what /ready and /metrics report
+        self._reading: dict[int, tuple[bool, float]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self.leases: PartitionLeases | None = None
         self.lanes = SlowLanes(self._decide_known, self._store_lane)
@@ -119,13 +125,17 @@ class Server:
         self.iter_kv = await retrying(lambda: self.bus.kv(s.ITER_BUCKET), "opening noetl_iter")
         self.partitions = await retrying(self._settle_partitions, "reading the partition count")
         self.requests = RequestHandler(self.bus, self.catalog, self.credentials, self.partitions)
-        self._tasks.append(asyncio.create_task(self._request_loop(), name="noetl-requests"))
+        self._tasks.append(supervise.start("server request loop", self._request_loop, self._stopping))
         self._tasks.append(
-            asyncio.create_task(timers.due_loop(self.bus, self._stopping), name="noetl-timers")
+            supervise.start(
+                "server timer loop", lambda: timers.due_loop(self.bus, self._stopping), self._stopping
+            )
         )
         self._tasks.append(
-            asyncio.create_task(
-                schedules.fire_loop(self.bus, self.requests, self._stopping), name="noetl-schedules"
+            supervise.start(
+                "server schedule loop",
+                lambda: schedules.fire_loop(self.bus, self.requests, self._stopping),
+                self._stopping,
             )
         )
         if self._static is not None or self._all:
@@ -138,6 +148,7 @@ class Server:
                 self.partitions,
                 on_acquire=self._start_partition,
                 on_release=self._stop_partition,
+                on_hold=self._start_partition,
                 ttl=self.lease_ttl,
                 replicas=self.replicas,
             )
@@ -192,16 +203,33 @@ class Server:
         return entry
 
     async def _start_partition(self, partition: int) -> None:
-        if partition not in self._loops:
-            self._loops[partition] = asyncio.create_task(
-                self._partition_loop(partition), name=f"noetl-partition-{partition}"
-            )
+        """Start deciding for ``partition``, or start again a loop that ended: called when a lease is
+        acquired and on every round that keeps it, so a partition held is never left without its
+        reader whatever ended the loop (it should not end, see ``_partition_loop``)."""
+        task = self._loops.get(partition)
+        if task is not None and not task.done():
+            return
+        if task is not None:
+            cause = "cancelled" if task.cancelled() else describe(task.exception() or Exception("returned"))
+            log.warning("partition %d: its loop had ended (%s); starting it again", partition, cause)
+            supervise.restarts[f"partition {partition}"] += 1
+            # it starts from the checkpoint again, which may be behind what memory holds
+            await self.lanes.close_partition(partition)
+            self._forget_partition(partition)
+        self._loops[partition] = asyncio.create_task(
+            self._partition_loop(partition), name=f"noetl-partition-{partition}"
+        )
+        self._mark_reader(partition, False)
 
     async def _stop_partition(self, partition: int) -> None:
         """Stop deciding for ``partition`` and forget its executions: while another replica owns it
         they advance, so what this one holds in memory is stale by the time it owns it again."""
         await cancel_and_wait(self._loops.pop(partition, None))
+        self._reading.pop(partition, None)
         await self.lanes.close_partition(partition)
+        self._forget_partition(partition)
+
+    def _forget_partition(self, partition: int) -> None:
         for eid in [e for e, p in self._state_partition.items() if p == partition]:
             self.states.pop(eid, None)
             self._state_partition.pop(eid, None)
@@ -284,18 +312,28 @@ class Server:
         message lost on the way, an election) ends it, and a new one starts after the last input
         decided. It needs no acks: the checkpoint is the acknowledgement. An input delivered twice
         is harmless: the engine ignores an input for a run that already ended.
+
+        The loop ends only when it is cancelled (the lease released, the server stopping). While
+        the lease is not known to be valid (a renewal late after a pause or an election) it waits
+        instead of ending: the lease round either renews it, and reading goes on where it stopped,
+        or releases it, which cancels this loop. A loop that ended at such an instant while the
+        lease was then renewed left its partition without a reader for good.
         """
         loop = asyncio.get_running_loop()
         start = await retrying(lambda: self._checkpoint(partition), f"partition {partition}: checkpoint") + 1
         delay = 0.1
         try:
-            while not self._stopping.is_set() and self._may_decide(partition):
+            while not self._stopping.is_set():
+                if not self._may_decide(partition):
+                    await asyncio.sleep(0.05)
+                    continue
                 began = loop.time()
                 try:
                     start = await self._read_from(partition, start)
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:
+                    self.reader_restarts += 1
                     (log.info if is_transient(e) or isinstance(e, BusError) else log.exception)(
                         "partition %d: reader stopped (%s); a new one starts at %d",
                         partition,
@@ -308,6 +346,24 @@ class Server:
             with contextlib.suppress(Exception):
                 await self._checkpoint_to(partition, None, now=True)
 
+    def liveness(self) -> dict[str, Any]:
+        """What ``/ready`` and ``/metrics`` say of this replica's deciding: the partitions it owns,
+        those without a live reader (a loop gone, or no reader open for ``READER_GRACE`` seconds),
+        and how often readers and loops were started again."""
+        now = asyncio.get_running_loop().time()
+        missing = []
+        for p in self.owned:
+            task = self._loops.get(p)
+            is_open, since = self._reading.get(p, (False, now))
+            if task is None or task.done() or (not is_open and now - since > READER_GRACE):
+                missing.append(p)
+        return {
+            "partitions_owned": self.owned,
+            "partitions_without_reader": missing,
+            "reader_restarts": self.reader_restarts,
+            "loop_restarts": dict(supervise.restarts),
+        }
+
     async def _read_from(self, partition: int, start: int) -> int:
         """Read from stream sequence ``start`` until the reader breaks; returns where to go on."""
         self._readers += 1
@@ -317,12 +373,14 @@ class Server:
             lambda: self.bus.reader(s.EVENTS_STREAM, filters, start_seq=start, name=name),
             f"partition {partition}: reader",
         )
+        self._mark_reader(partition, True)
         try:
             while not self._stopping.is_set() and self._may_decide(partition):
                 try:
                     batch = await reader.fetch(BATCH, 1.0)
                 except ReaderLostError as e:
                     log.warning("partition %d: %s; reading again from %d", partition, e, start)
+                    self.reader_restarts += 1
                     return start
                 if not batch:
                     await self._checkpoint_to(partition, None, now=True)
@@ -331,8 +389,13 @@ class Server:
                 start = batch[-1].seq + 1
             return start
         finally:
+            self._mark_reader(partition, False)
             with contextlib.suppress(Exception):
                 await reader.close()
+
+    def _mark_reader(self, partition: int, is_open: bool) -> None:
+        if partition in self._loops:
+            self._reading[partition] = (is_open, asyncio.get_running_loop().time())
 
     async def _process_batch(self, partition: int, batch: list[Message]) -> None:
         # outputs by execution: stored together, or one execution at a time for the rare batch

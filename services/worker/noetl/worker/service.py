@@ -34,6 +34,7 @@ from noetl.dsl.errors import (
 from noetl.dsl.model import Playbook
 from noetl.dsl.names import pool_problem
 from noetl.events import subjects as s
+from noetl.events import supervise
 from noetl.events.clock import utc_now
 from noetl.events.envelope import WireError, decode_command, dumps, loads, make_event
 from noetl.events.histogram import Histogram
@@ -121,8 +122,12 @@ class Worker:
 
         self._cancel_sub = await bus.subscribe(s.CANCEL_EVENTS_FILTER, self._on_cancel)
         self._stop_sub = await bus.subscribe(s.STEP_CANCELLED_FILTER, self._on_step_cancelled)
-        self._lease_task = asyncio.create_task(self._lease_loop(), name=f"noetl-leases-{self.pool}")
-        self._loop_task = asyncio.create_task(self._pull_loop(), name=f"noetl-worker-{self.pool}")
+        self._lease_task = supervise.start(
+            f"worker {self.pool} in-progress acks", self._lease_loop, lambda: not self._leasing
+        )
+        self._loop_task = supervise.start(
+            f"worker {self.pool} command pulls", self._pull_loop, self._stopping
+        )
 
     async def stop(self, drain: bool = True) -> None:
         """Stop pulling; with ``drain`` let running commands finish (SIGTERM), else abandon them."""
