@@ -218,7 +218,8 @@ async def test_a_server_paused_around_its_lease_decides_again(
         await _just_renewed(server.leases)
         time.sleep(pause_ttls * DEFAULT_TTL)  # the pause under test: the event loop blocked
         requests = [{"request_id": uuid.uuid4().hex, "playbook": LOOP} for _ in range(4)]
-        outs = await asyncio.gather(*(run_and_wait(nc, r, timeout=40) for r in requests), return_exceptions=True)
+        runs = (run_and_wait(nc, r, timeout=40) for r in requests)
+        outs = await asyncio.gather(*runs, return_exceptions=True)
         statuses = Counter("stuck" if isinstance(o, TimeoutError) else o["status"] for o in outs)
         assert statuses == {"success": 4}, f"after a pause of {pause_ttls} TTL: {dict(statuses)} of 4"
         live = await _until_value(lambda: server.liveness(), lambda v: not v["partitions_without_reader"], 20)
