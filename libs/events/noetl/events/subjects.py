@@ -66,6 +66,9 @@ SERVER_INPUT_EVENTS: tuple[str, ...] = (
     "signal.received",
     "execution.pause.requested",
     "execution.resume.requested",
+    # the server could not store a decision of the execution (JetStream refuses it for good): the
+    # execution ends through the engine, so a rebuild from the log knows it ended
+    "execution.abort.requested",
 )
 
 

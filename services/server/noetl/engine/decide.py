@@ -66,6 +66,7 @@ _OUTSIDE_INPUTS = frozenset(
         "signal.received",
         "execution.pause.requested",
         "execution.resume.requested",
+        "execution.abort.requested",
     }
 )
 
@@ -118,6 +119,8 @@ def _decide(state: ExecutionState, event: dict[str, Any]) -> Decision:
         outside.on_pause(state, event, em)
     elif name == "execution.resume.requested":
         outside.on_resume(state, event, em)
+    elif name == "execution.abort.requested":
+        outside.on_abort(state, event, em)
     _check_event_bytes(state, em)
     outside.stop_idle(state, em)
     _maybe_finish(state, em)

@@ -12,6 +12,7 @@ from typing import Any
 
 from noetl.dsl.errors import (
     AbortedError,
+    DecisionUnstorableError,
     ExecutionTimeoutError,
     NoetlError,
     SignalTimeoutError,
@@ -112,6 +113,22 @@ def stop_run(state: ExecutionState, run: RunState, err: NoetlError, em: Emitter)
         em.out.ended_loops.append(run.run_id)
     em.event("step.cancelled", "step", run.step, "error", {"error": err.to_dict()}, run)
     routing.server_step_failed(state, run, err, em)
+
+
+def on_abort(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
+    """The server could not store a decision of this execution (``decision_unstorable``): every
+    run still open ends now, so the execution finishes with the error, nothing new starts, and a
+    rebuild from the log (which replays this input) knows it ended."""
+    payload = event.get("payload") or {}
+    raw = payload.get("error")
+    err = DecisionUnstorableError(
+        str(raw.get("message") if isinstance(raw, dict) else raw or "a decision could not be stored")
+    )
+    routing.unhandled(state, err.to_dict())
+    for run in sorted(state.runs.values(), key=lambda r: r.seq):
+        if run.status in ("running", "waiting"):
+            run.status = "running"
+            stop_run(state, run, err, em)
 
 
 def on_timer(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:

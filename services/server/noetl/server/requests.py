@@ -28,7 +28,7 @@ from noetl.dsl.names import (
 from noetl.engine.endings import ending
 from noetl.events import subjects as s
 from noetl.events.clock import utc_now
-from noetl.events.envelope import dumps, loads, make_event
+from noetl.events.envelope import WireError, decode_event, dumps, loads, make_event
 from noetl.events.ids import derive_id, execution_id_for
 from noetl.events.nats_port import as_bus
 from noetl.events.port import store_all
@@ -140,6 +140,12 @@ class RequestHandler:
         if len(data) > MAX_MESSAGE_BYTES:  # the text is in the catalog by digest: name it only
             del event["payload"]["playbook"]
             data = dumps(event)
+        try:
+            decode_event(data)  # what the partition reader will check: accept nothing it would ignore
+        except WireError as e:
+            err = RequestInvalidError(f"request cannot be recorded: {e}")
+            await self._reject(execution_id, partition, err.to_dict(), req)
+            return {"execution_id": execution_id, "error": err.to_dict()}
         subject = s.event_subject(partition, execution_id, event["name"])
         await store_all(self.bus, [(subject, data, event["event_id"])])
         return {"execution_id": execution_id}
@@ -308,6 +314,11 @@ class RequestHandler:
         ):
             if req.get(key) is not None and (msg := problem(req[key])):
                 raise RequestInvalidError(f"request `{key}`: {msg}")
+        trace = req.get("trace_id")
+        if trace is not None and (not isinstance(trace, str) or not 0 < len(trace) <= 128):
+            # an event whose trace id is not a string is refused where the server reads its inputs:
+            # accepted here, the execution would never have been decided
+            raise RequestInvalidError("request `trace_id` must be a string of 1 to 128 characters")
         if req.get("path") is not None and not isinstance(req["path"], str):
             raise RequestInvalidError("request `path` must be a string (a catalog path, e.g. examples/hello)")
         if req.get("version") is not None and (

@@ -500,11 +500,16 @@ class Server:
         self.decided += 1
         self._forget_finished()
 
-    async def _store_each(self, groups: dict[str, _Outputs], partition: int, seq: int) -> None:
+    async def _store_each(self, groups: dict[str, _Outputs], partition: int, seq: int | None) -> None:
         """JetStream refused something of the batch for good (a message over the server's
         ``max_payload``, a subject it cannot take): store each execution's outputs alone, and end
         the one whose outputs can never be stored with ``decision_unstorable`` instead of retrying
-        it forever and stalling every execution of the partition behind it."""
+        it forever and stalling every execution of the partition behind it.
+
+        The end goes through the engine: an ``execution.abort.requested`` input on the partition,
+        decided like any other, so the log says why the execution ended and a rebuild from it
+        knows it did. Only if that decision cannot be stored either are the closing events
+        written here directly."""
         for eid, g in groups.items():
             try:
                 await self._until_stored(
@@ -519,26 +524,49 @@ class Server:
                 "the NATS server's max_payload? Keep large values in results (by reference)"
             ).to_dict()
             log.error("execution %s: %s", eid, err["message"])
-            refusal = []
-            for name, entity_type, status, payload in ending("failed", error=err):
-                ev = make_event(
-                    event_id=derive_id(g.cause["event_id"], "unstorable", name),
-                    execution_id=eid,
-                    timestamp=g.cause.get("timestamp") or utc_now(),
-                    source="server",
-                    name=name,
-                    entity_type=entity_type,  # type: ignore[arg-type]
-                    entity_id=eid,
-                    status=status,  # type: ignore[arg-type]
-                    payload=payload,  # type: ignore[arg-type]
-                    cause_id=g.cause["event_id"],
-                )
-                refusal.append((s.event_subject(partition, eid, name), dumps(ev), ev["event_id"], True))
-            await self._until_stored(self._store([], refusal, [], partition, None))
-            state = self.states.get(eid)
-            if state is not None:
-                state.finished, state.status, state.failed, state.error = True, "failed", True, err
+            if g.cause.get("name") == "execution.abort.requested":
+                await self._close_directly(eid, g.cause, err, partition)
+                continue
+            abort = make_event(
+                event_id=derive_id(g.cause["event_id"], "unstorable"),
+                execution_id=eid,
+                timestamp=g.cause.get("timestamp") or utc_now(),
+                source="server",
+                name="execution.abort.requested",
+                entity_type="workflow",
+                entity_id=eid,
+                status="error",
+                payload={"error": err},
+                cause_id=g.cause["event_id"],
+            )
+            subject = s.event_subject(partition, eid, "execution.abort.requested")
+            stored = [(subject, dumps(abort), abort["event_id"], True)]
+            await self._until_stored(self._store([], stored, [], partition, None))
         await self._checkpoint_to(partition, seq)
+
+    async def _close_directly(
+        self, eid: str, cause: dict[str, Any], err: dict[str, Any], partition: int
+    ) -> None:
+        """The last resort: even the abort's decision could not be stored."""
+        closing = []
+        for name, entity_type, status, payload in ending("failed", error=err):
+            ev = make_event(
+                event_id=derive_id(cause["event_id"], "unstorable", name),
+                execution_id=eid,
+                timestamp=cause.get("timestamp") or utc_now(),
+                source="server",
+                name=name,
+                entity_type=entity_type,  # type: ignore[arg-type]
+                entity_id=eid,
+                status=status,  # type: ignore[arg-type]
+                payload=payload,  # type: ignore[arg-type]
+                cause_id=cause["event_id"],
+            )
+            closing.append((s.event_subject(partition, eid, name), dumps(ev), ev["event_id"], True))
+        await self._until_stored(self._store([], closing, [], partition, None))
+        state = self.states.get(eid)
+        if state is not None:
+            state.finished, state.status, state.failed, state.error = True, "failed", True, err
 
     def _observe(self, event: dict[str, Any], outputs: list[dict[str, Any]]) -> None:
         """Metrics see the input and its outputs; a fault in them never stops the engine."""
