@@ -176,3 +176,55 @@ async def test_a_failing_metrics_observer_does_not_stop_decisions(bus, services)
     request = {"request_id": uuid.uuid4().hex, "playbook": CHAIN, "payload": {"n": 2}}
     out = await run_and_wait(bus, request, timeout=30)
     assert out["status"] == "success" and out["result"] == 4
+
+
+HUGE_ERROR = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: huge_error, path: tests/huge_error}
+workflow:
+  - step: start
+    tool:
+      kind: python
+      code: |
+        def main():
+            raise ValueError("x" * 300000)
+"""
+
+PARENT_OF_HUGE = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: parent, path: tests/parent_of_huge}
+workflow:
+  - step: start
+    tool: {kind: playbook, path: HUGE}
+"""
+
+
+async def test_an_execution_ending_with_a_huge_error_shows_how_it_ended(bus, services) -> None:  # type: ignore[no-untyped-def]
+    """A workflow.finished over the event limit leaves by reference. Before: its payload was only
+    ``{payload_ref}``, so the API, CLI and metrics showed the execution as running and a parent
+    saw ``failed: None: None``. Now a summary stays inline and readers read the rest back."""
+    from noetl.server.api.queries import list_executions
+
+    out = await run_and_wait(bus, {"request_id": uuid.uuid4().hex, "playbook": HUGE_ERROR}, timeout=30)
+    assert out["status"] == "failed" and out["error"]["kind"] == "python_error", str(out)[:300]
+    assert "x" * 300000 in out["error"]["message"], "the whole error is read back"
+    events = await read_execution_events(bus, out["execution_id"])
+    finished = next(e for e in events if e["name"] == "workflow.finished")
+    assert finished["payload"]["status"] == "failed"
+    only_finished = [s.execution_event_filter(out["execution_id"], "workflow.finished")]
+    raw = await bus.read(s.EVENTS_STREAM, only_finished)
+    inline = json.loads(raw[0].data)["payload"]
+    assert inline["status"] == "failed" and inline["error"]["kind"] == "python_error", str(inline)[:300]
+    assert "payload_ref" in inline and len(raw[0].data) < 16_384
+    listed = {e["execution_id"]: e for e in (await list_executions(bus))["executions"]}
+    assert listed[out["execution_id"]]["status"] == "failed", listed[out["execution_id"]]
+    child_text = HUGE_ERROR.replace("path: tests/huge_error", "path: tests/huge_child")
+    parent = PARENT_OF_HUGE.replace("path: HUGE", "path: tests/huge_child")
+    from noetl.store.catalog import Catalog
+
+    await (await Catalog.open(bus)).register(child_text)
+    out = await run_and_wait(bus, {"request_id": uuid.uuid4().hex, "playbook": parent}, timeout=30)
+    assert out["status"] == "failed", str(out)[:300]
+    assert "python_error" in json.dumps(out["error"])[:5000] and "None: None" not in out["error"]["message"]

@@ -113,5 +113,10 @@ async def read_messages(
 
 async def read_execution_events(js: Any, execution_id: str) -> list[dict[str, Any]]:
     """One execution's events in stream order; ``js``: a bus port, or a nats-py connection or
-    JetStream context."""
-    return [e for _, e in await read_messages(js, s.EVENTS_STREAM, [s.execution_events_filter(execution_id)])]
+    JetStream context. A payload the engine sent by reference (over the event limit) is read back
+    whole, so a large ``workflow.finished`` shows its result and error like any other."""
+    from noetl.events.objects import expand
+
+    filters = [s.execution_events_filter(execution_id)]
+    events = [e for _, e in await read_messages(js, s.EVENTS_STREAM, filters)]
+    return [await expand(js, e) if "payload_ref" in (e.get("payload") or {}) else e for e in events]

@@ -28,6 +28,25 @@ class Decision:
     cancel_timers: list[str] = field(default_factory=list)
 
 
+SUMMARY_TEXT = 2048  # characters of a long string (an error message) kept in a summary
+
+
+def summary(payload: dict[str, Any]) -> dict[str, Any]:
+    """What stays inline when a payload leaves by reference: its small fields (``status``, an
+    error's ``kind`` and the start of its message, indexes, names), so every reader that shows an
+    execution's state (API, CLI, console, metrics, a parent waiting for its child) sees how it
+    ended without the object store; the whole payload is one read away (``payload_ref``)."""
+    out: dict[str, Any] = {}
+    for k, v in payload.items():
+        if v is None or isinstance(v, (bool, int, float)):
+            out[k] = v
+        elif isinstance(v, str):
+            out[k] = v if len(v) <= SUMMARY_TEXT else v[:SUMMARY_TEXT] + " …(truncated)"
+        elif k == "error" and isinstance(v, dict):
+            out[k] = summary(v)
+    return out
+
+
 class Emitter:
     """Builds the outputs of one input event with ids derived from it."""
 
@@ -52,7 +71,8 @@ class Emitter:
         self.state.event_bytes += n_bytes
         if n_bytes > MAX_EVENT_PAYLOAD:
             key = f"{self.state.execution_id}/events/{derive_id(self.cause_id, self.n)}"
-            payload = {"payload_ref": by_reference(self.state, payload, key, self.out, limit=0)}
+            ref = by_reference(self.state, payload, key, self.out, limit=0)
+            payload = {**summary(payload), "payload_ref": ref}
         ev = make_event(
             event_id=derive_id(self.cause_id, self.n),
             execution_id=self.state.execution_id,
