@@ -119,6 +119,8 @@ def _outside_note(e: dict[str, Any]) -> str:
     if e.get("paused"):
         notes.append("paused")
     notes += [f"waiting: step {w.get('step')} for signal {w.get('signal')!r}" for w in e.get("waiting") or []]
+    if e.get("stalled"):
+        notes.append(f"{e['stalled']['state']} {e['stalled']['idle_s']:.0f} s")
     return "".join(f"  ({n})" for n in notes)
 
 

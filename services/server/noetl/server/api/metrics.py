@@ -109,6 +109,14 @@ class Metrics:
         out.family("noetl_runtime_processes", "gauge", "Live servers and workers in noetl_runtime.")
         for role, n in sorted(live.get("runtime", {}).items()):
             out.sample("noetl_runtime_processes", n, role=role)
+        out.family(
+            "noetl_executions_stalled",
+            "gauge",
+            "Running executions with no event for NOETL_STALL_AFTER_S that wait for nothing declared "
+            "(state=stalled), or for a pool without a live worker (state=queued).",
+        )
+        for state in ("stalled", "queued"):
+            out.sample("noetl_executions_stalled", live.get("stalled", {}).get(state, 0), state=state)
         server = live.get("server")
         if server is not None:
             out.family("noetl_partitions_owned", "gauge", "Partitions this server replica holds a lease for.")

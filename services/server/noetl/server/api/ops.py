@@ -26,6 +26,7 @@ from noetl.events import supervise
 from noetl.events.histogram import Histogram
 from noetl.events.runtime import list_runtime
 from noetl.server.api.context import ctx_of
+from noetl.server.api.queries import stall_counts
 from noetl.store.audit import AUDIT_STREAM
 
 STREAMS = (s.EVENTS_STREAM, s.COMMANDS_STREAM, s.REQUESTS_STREAM, AUDIT_STREAM)
@@ -142,6 +143,9 @@ async def metrics(request: Request) -> Response:
     """
     ctx = ctx_of(request)
     live = await read_live(ctx.bus) if _connected(ctx.nc) else {}
+    if _connected(ctx.nc):
+        with contextlib.suppress(Exception):
+            live["stalled"] = await stall_counts(ctx.bus, sorted(ctx.metrics.running))
     if ctx.liveness is not None:
         live["server"] = ctx.liveness()
     live["loop_restarts"] = dict(supervise.restarts)

@@ -137,6 +137,8 @@ class ExecutionView:
     arcs: Counter[tuple[str, int]] = field(default_factory=Counter)  # (step, arc index) -> fired
     events: int = 0
     finished: bool = False  # playbook.processed seen: nothing more will come
+    # no event for a while, waiting for nothing declared (``noetl.client.stalls``); set by the page
+    stalled: dict[str, Any] | None = None
 
     @property
     def duration_ms(self) -> float | None:

@@ -37,7 +37,7 @@ from noetl.events.runtime import list_runtime
 from noetl.server.api.auth import SESSION_COOKIE, session_value
 from noetl.server.api.context import ctx_of, read_body
 from noetl.server.api.follow import follow_events
-from noetl.server.api.queries import list_executions, valid_execution_id
+from noetl.server.api.queries import list_executions, stall_of, valid_execution_id
 from noetl.server.console.fold import ExecutionView, duration_ms, fold
 from noetl.server.console.graph import Graph, layout
 from noetl.server.console.render import STATIC, page, render
@@ -286,7 +286,9 @@ async def _read_view(request: Request) -> tuple[ExecutionView, list[dict[str, An
     events = await read_execution_events(ctx_of(request).bus, eid)
     if not events:
         return page(request, "missing.html", 404, what=f"execution {eid}")
-    return fold(eid, events), events
+    view = fold(eid, events)
+    view.stalled = await stall_of(ctx_of(request).bus, events, waiting=bool(view.waiting), paused=view.paused)
+    return view, events
 
 
 async def execution_page(
