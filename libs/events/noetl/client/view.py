@@ -14,6 +14,7 @@ def execution_output(execution_id: str, events: list[dict[str, Any]]) -> dict[st
     finished: dict[str, Any] = {}
     for ev in events:
         name, rid = ev.get("name"), ev.get("step_run_id")
+        run: dict[str, Any] | None
         if name in ("step.scheduled", "step.skipped") and rid and rid not in runs:
             run = {"status": "skipped" if name == "step.skipped" else "running", "result": None}
             runs[rid] = run
@@ -49,7 +50,7 @@ def waiting_for(events: list[dict[str, Any]]) -> dict[str, Any]:
     for ev in events:
         name, rid = ev.get("name"), ev.get("step_run_id")
         if name == "step.waiting" and rid:
-            p = ev.get("payload") if isinstance(ev.get("payload"), dict) else {}
+            p = raw if isinstance(raw := ev.get("payload"), dict) else {}
             waiting[rid] = {
                 "step": ev.get("entity_id"),
                 "step_run_id": rid,

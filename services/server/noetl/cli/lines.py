@@ -63,7 +63,7 @@ def _detail(ev: dict[str, Any], p: dict[str, Any]) -> str:
         again = isinstance(attempt, int) and attempt > 1
         return f"{p.get('kind', '')}" + (f", attempt {attempt}" if again else "")
     if name == "task.done":
-        outcome = p.get("outcome") if isinstance(p.get("outcome"), dict) else {}
+        outcome = raw if isinstance(raw := p.get("outcome"), dict) else {}
         parts = [_duration(outcome), error_text(outcome.get("error"))]
         if "output" in p:
             out = p["output"]
@@ -92,7 +92,7 @@ class EventLines:
 
     def line(self, ev: dict[str, Any]) -> str:
         self.activity.feed(ev)
-        p = ev.get("payload") if isinstance(ev.get("payload"), dict) else {}
+        p = raw if isinstance(raw := ev.get("payload"), dict) else {}
         assert isinstance(p, dict)
         kind = ev.get("entity_type")
         if kind in ("step", "loop", "next"):

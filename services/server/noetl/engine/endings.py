@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from noetl.events.vocabulary import EntityType, EventName, Status
+
 
 def ending(
     status: str, *, result: Any = None, error: dict[str, Any] | None = None, ctx: Any = None
-) -> list[tuple[str, str, str, dict[str, Any]]]:
+) -> list[tuple[EventName, EntityType, Status, dict[str, Any]]]:
     """``(name, entity_type, event status, payload)`` of the two closing events, in order."""
-    outcome = "success" if status == "success" else "error"
+    outcome: Status = "success" if status == "success" else "error"
     return [
         (
             "workflow.finished",

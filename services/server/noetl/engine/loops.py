@@ -20,6 +20,7 @@ from noetl.engine import routing
 from noetl.engine.emitter import Emitter
 from noetl.engine.limits import DEFAULT_MAX_LOOP_ITEMS, by_reference, execution_limit, too_large
 from noetl.engine.state import ExecutionState, LoopState, RunState
+from noetl.events.envelope import Event
 
 # the items of an exec: local loop travel in its command up to this size, by reference beyond
 LOCAL_ITEMS_INLINE = 64 * 1024
@@ -117,7 +118,7 @@ def _dispatch_local(state: ExecutionState, spec: Any, run: RunState, em: Emitter
     em.command(run, local=local)
 
 
-def on_local_stopped(state: ExecutionState, run: RunState, event: dict[str, Any], em: Emitter) -> None:
+def on_local_stopped(state: ExecutionState, run: RunState, event: Event, em: Emitter) -> None:
     """The worker of an ``exec: local`` loop started no more iterations (a fail_fast failure, a
     cancel, the run stopped): those it never started are no longer in flight."""
     loop = run.loop
@@ -142,7 +143,7 @@ def resume_loop(state: ExecutionState, run: RunState, em: Emitter) -> None:
     maybe_end_loop(state, run, em)
 
 
-def on_iteration(state: ExecutionState, run: RunState, event: dict[str, Any], em: Emitter) -> None:
+def on_iteration(state: ExecutionState, run: RunState, event: Event, em: Emitter) -> None:
     loop = run.loop
     assert loop is not None
     p = event.get("payload") or {}

@@ -22,6 +22,7 @@ from noetl.engine import loops, routing
 from noetl.engine.emitter import Emitter
 from noetl.engine.state import ExecutionState, RunState
 from noetl.events.clock import later, not_after
+from noetl.events.envelope import Event
 from noetl.events.ids import derive_id
 
 
@@ -114,7 +115,7 @@ def stop_run(state: ExecutionState, run: RunState, err: NoetlError, em: Emitter)
     routing.server_step_failed(state, run, err, em)
 
 
-def on_timer(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
+def on_timer(state: ExecutionState, event: Event, em: Emitter) -> None:
     p = event.get("payload") or {}
     kind = p.get("kind")
     if kind == "execution_timeout":
@@ -124,9 +125,9 @@ def on_timer(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
             "(executor.spec.policy.defaults.timeouts.execution_s): raise the limit, or split the work"
         )
         routing.unhandled(state, err.to_dict())
-        for run in sorted(state.runs.values(), key=lambda r: r.seq):
-            if run.status == "running":
-                stop_run(state, run, err, em)
+        for running in sorted(state.runs.values(), key=lambda r: r.seq):
+            if running.status == "running":
+                stop_run(state, running, err, em)
         return
     run = state.runs.get(event.get("step_run_id") or p.get("step_run_id") or "")
     if run is None or p.get("timer_id") not in run.timers:
@@ -144,14 +145,14 @@ def on_timer(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
         stop_run(state, run, _step_timeout(step, run, p.get("limit_s") or 0, knob, since), em)
     elif kind == "signal_timeout" and run.status == "waiting":
         signal = step.lifecycle.await_signal if step.lifecycle else None
-        err = SignalTimeoutError(
+        timed_out = SignalTimeoutError(
             f"step {run.step!r} waited {p.get('limit_s')} seconds for signal {signal!r} and none came "
             f"({step.path}.spec.policy.lifecycle.await.timeout_s): send it in time with "
             f"`noetl signal {state.execution_id} {signal}`, or route signal_timeout with an arc",
             signal=signal,
         )
         run.status = "running"  # so the failure is recorded like any other end of the run
-        routing.server_step_failed(state, run, err, em)
+        routing.server_step_failed(state, run, timed_out, em)
 
 
 def wait(
@@ -189,7 +190,7 @@ def _take(state: ExecutionState, step: Step, run: RunState, data: Any, em: Emitt
     routing.start(state, step, run, run.trigger, em)
 
 
-def on_signal(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
+def on_signal(state: ExecutionState, event: Event, em: Emitter) -> None:
     """A signal is taken by the first run waiting for it (arrival order), else queued by name."""
     p = event.get("payload") or {}
     name, data = p.get("signal"), p.get("data")
@@ -211,7 +212,7 @@ def hold(state: ExecutionState, run: RunState, trigger: dict[str, Any] | None) -
     state.held.append(run.run_id)
 
 
-def on_pause(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
+def on_pause(state: ExecutionState, event: Event, em: Emitter) -> None:
     if state.paused:
         return
     state.paused = True
@@ -219,7 +220,7 @@ def on_pause(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
     em.event("execution.paused", "workflow", state.execution_id, "in_progress", {"reason": reason})
 
 
-def on_resume(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
+def on_resume(state: ExecutionState, event: Event, em: Emitter) -> None:
     if not state.paused:
         return
     state.paused = False

@@ -195,7 +195,7 @@ def fold(execution_id: str, events: list[dict[str, Any]]) -> ExecutionView:
     tasks: dict[str, TaskRun] = {}
     for ev in events:
         name = ev.get("name")
-        payload = ev.get("payload") if isinstance(ev.get("payload"), dict) else {}
+        payload = raw if isinstance(raw := ev.get("payload"), dict) else {}
         view.events += 1
         view.last_at = ev.get("timestamp") or view.last_at
         if name == "playbook.execution.requested":
@@ -259,8 +259,8 @@ def fold(execution_id: str, events: list[dict[str, Any]]) -> ExecutionView:
                     str(payload.get("task") or ev.get("entity_id"))
                 )
                 run.tasks.append(task)
-            outcome = payload.get("outcome") if isinstance(payload.get("outcome"), dict) else {}
-            meta = outcome.get("meta") if isinstance(outcome.get("meta"), dict) else {}
+            outcome = raw if isinstance(raw := payload.get("outcome"), dict) else {}
+            meta = raw if isinstance(raw := outcome.get("meta"), dict) else {}
             task.status = str(outcome.get("status") or ev.get("status") or "done")
             task.ended, task.result = ev.get("timestamp"), outcome.get("result")
             task.error = outcome.get("error") if isinstance(outcome.get("error"), dict) else None
