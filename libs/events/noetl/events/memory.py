@@ -145,7 +145,7 @@ class MemoryBus:
         self._kv: dict[str, _KeyValue] = {}
         self._objects: dict[str, _Objects] = {}
         self._subs: list[_Subscription] = []
-        self._delivering: set[asyncio.Task[None]] = set()
+        self._delivering: set[asyncio.Future[None]] = set()
         self._schedules = Schedules(self)  # JetStream message scheduling (``memory_schedules``)
 
     # --- streams --------------------------------------------------------------------------
@@ -220,7 +220,7 @@ class MemoryBus:
         self._schedules.stored(stream, message)
         for sub in self._subs:
             if subject_matches(sub.subject, subject):
-                task = asyncio.create_task(sub.cb(message))  # as NATS: the publisher does not wait
+                task = asyncio.ensure_future(sub.cb(message))  # as NATS: the publisher does not wait
                 self._delivering.add(task)
                 task.add_done_callback(self._delivering.discard)
         await asyncio.sleep(0)  # a publish is I/O: let others run, as they would on NATS

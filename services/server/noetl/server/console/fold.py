@@ -253,8 +253,10 @@ def fold(execution_id: str, events: list[dict[str, Any]]) -> ExecutionView:
             run.tasks.append(task)
         elif name == "task.done":
             run = _run(view, by_id, ev)
-            task = tasks.get(str(ev.get("task_run_id")))
-            if task is None:
+            found = tasks.get(str(ev.get("task_run_id")))
+            if found is not None:
+                task = found
+            else:
                 task = tasks[str(ev.get("task_run_id"))] = TaskRun(
                     str(payload.get("task") or ev.get("entity_id"))
                 )
