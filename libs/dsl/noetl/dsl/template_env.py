@@ -27,9 +27,8 @@ from jinja2.compiler import CodeGenerator, Frame, optimizeconst
 from jinja2.exceptions import TemplateSyntaxError
 from jinja2.nodes import EvalContext
 from jinja2.runtime import Context, LoopContext, Macro, TemplateReference, Undefined
-from jinja2.utils import missing
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from jinja2.utils import Cycler, Joiner, Namespace, pass_context
+from jinja2.utils import Cycler, Joiner, Namespace, missing, pass_context
 
 from noetl.dsl import template_limits as lim
 

@@ -3,12 +3,13 @@ for the CLI, the HTTP API and every client that follows an execution."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 _STEP_STATUS = {"step.done": "done", "loop.done": "done", "step.failed": "failed"}
 
 
-def execution_output(execution_id: str, events: list[dict[str, Any]]) -> dict[str, Any]:
+def execution_output(execution_id: str, events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     runs: dict[str, dict[str, Any]] = {}
     steps: dict[str, list[dict[str, Any]]] = {}
     finished: dict[str, Any] = {}
@@ -42,7 +43,7 @@ def execution_output(execution_id: str, events: list[dict[str, Any]]) -> dict[st
     }
 
 
-def waiting_for(events: list[dict[str, Any]]) -> dict[str, Any]:
+def waiting_for(events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """What a running execution waits for (SEMANTICS §17): the signals its step runs await, and
     whether it is paused. From the events alone, as every view here."""
     waiting: dict[str, dict[str, Any]] = {}

@@ -17,7 +17,7 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from noetl.events import subjects as s
-from noetl.events.envelope import loads
+from noetl.events.envelope import Event, loads
 from noetl.events.publisher import Publisher
 
 
@@ -111,7 +111,7 @@ async def read_messages(
     return [(m.seq, loads(m.data)) for m in msgs]
 
 
-async def read_execution_events(js: Any, execution_id: str) -> list[dict[str, Any]]:
+async def read_execution_events(js: Any, execution_id: str) -> list[Event]:
     """One execution's events in stream order; ``js``: a bus port, or a nats-py connection or
     JetStream context."""
     return [e for _, e in await read_messages(js, s.EVENTS_STREAM, [s.execution_events_filter(execution_id)])]

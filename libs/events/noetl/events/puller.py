@@ -70,7 +70,9 @@ class Puller:
         self.requests = 0  # pull requests sent, for tests and benchmarks
 
     async def start(self) -> Puller:
-        kw: dict[str, Any] = {} if self._pending_bytes_limit is None else {"pending_bytes_limit": self._pending_bytes_limit}
+        kw: dict[str, Any] = {}
+        if self._pending_bytes_limit is not None:
+            kw["pending_bytes_limit"] = self._pending_bytes_limit
         self._sub = await self.nc.subscribe(self.inbox, cb=self._on_msg, **kw)
         self._reconnects = self.nc.stats["reconnects"]
         return self

@@ -80,7 +80,7 @@ class Progress:
             glyphs.encode(getattr(stream, "encoding", None) or "ascii")
         except (UnicodeEncodeError, LookupError):
             glyphs = "+x#-"
-        self._ok, self._bad, self._full, self._empty = glyphs
+        self._ok, self._bad, self._full, self._empty = tuple(glyphs)
 
     def _color(self, code: str, text: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if self.live else text

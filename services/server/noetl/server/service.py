@@ -29,7 +29,7 @@ from noetl.engine.endings import ending
 from noetl.engine.fold import replay
 from noetl.events import subjects as s
 from noetl.events.clock import utc_now
-from noetl.events.envelope import WireError, decode_event, dumps, loads, make_event
+from noetl.events.envelope import Event, WireError, decode_event, dumps, loads, make_event
 from noetl.events.ids import derive_id
 from noetl.events.nats_port import as_bus
 from noetl.events.port import (
@@ -100,7 +100,7 @@ class Server:
         self.leases: PartitionLeases | None = None
         self.lanes = SlowLanes(self._decide_known, self._store_lane)
         # sees every input the engine decides on and every event it writes (metrics)
-        self.observer: Callable[[dict[str, Any]], None] | None = None
+        self.observer: Callable[[Event], None] | None = None
 
     @property
     def owned(self) -> list[int]:
@@ -384,7 +384,7 @@ class Server:
         groups: dict[str, _Outputs],
         ended_loops: list[tuple[str, str]],
         partition: int,
-        event: dict[str, Any],
+        event: Event,
         decision: Any,
     ) -> None:
         if self.observer is not None:
@@ -420,7 +420,7 @@ class Server:
                 extra={"execution_id": eid, "status": st.status, "playbook": st.playbook.metadata.path},
             )
 
-    async def _store_lane(self, partition: int, event: dict[str, Any], decision: Any) -> None:
+    async def _store_lane(self, partition: int, event: Event, decision: Any) -> None:
         """One decision of a slow lane (``noetl.server.lanes``), stored as a batch's are; the
         partition's checkpoint is not moved here: it follows the lanes' floor."""
         groups: dict[str, _Outputs] = {}
@@ -437,7 +437,7 @@ class Server:
         self.decided += 1
         self._forget_finished()
 
-    async def _store_each(self, groups: dict[str, _Outputs], partition: int, seq: int) -> None:
+    async def _store_each(self, groups: dict[str, _Outputs], partition: int, seq: int | None) -> None:
         """JetStream refused something of the batch for good (a message over the server's
         ``max_payload``, a subject it cannot take): store each execution's outputs alone, and end
         the one whose outputs can never be stored with ``decision_unstorable`` instead of retrying
@@ -464,10 +464,10 @@ class Server:
                     timestamp=g.cause.get("timestamp") or utc_now(),
                     source="server",
                     name=name,
-                    entity_type=entity_type,  # type: ignore[arg-type]
+                    entity_type=entity_type,
                     entity_id=eid,
-                    status=status,  # type: ignore[arg-type]
-                    payload=payload,  # type: ignore[arg-type]
+                    status=status,
+                    payload=payload,
                     cause_id=g.cause["event_id"],
                 )
                 refusal.append((s.event_subject(partition, eid, name), dumps(ev), ev["event_id"], True))
@@ -477,7 +477,7 @@ class Server:
                 state.finished, state.status, state.failed, state.error = True, "failed", True, err
         await self._checkpoint_to(partition, seq)
 
-    def _observe(self, event: dict[str, Any], outputs: list[dict[str, Any]]) -> None:
+    def _observe(self, event: Event, outputs: list[Event]) -> None:
         """Metrics see the input and its outputs; a fault in them never stops the engine."""
         assert self.observer is not None
         try:
@@ -577,7 +577,7 @@ class Server:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    async def _decide(self, event: dict[str, Any], seq: int, partition: int) -> Any:
+    async def _decide(self, event: Event, seq: int, partition: int) -> Any:
         eid = event.get("execution_id")
         if not isinstance(eid, str):
             return None
@@ -612,7 +612,7 @@ class Server:
         return decision
 
     @staticmethod
-    def _decide_known(state: ExecutionState, event: dict[str, Any]) -> Any:
+    def _decide_known(state: ExecutionState, event: Event) -> Any:
         """A lane's decision (in a thread): the engine alone, on a state already in memory."""
         if state.finished or event["name"] == "playbook.execution.requested":
             return None
@@ -639,7 +639,7 @@ class _Outputs:
 
     __slots__ = ("cause", "commands", "disarm", "events", "objects", "timers")
 
-    def __init__(self, cause: dict[str, Any]) -> None:
+    def __init__(self, cause: Event) -> None:
         self.cause = cause
         self.timers: list[dict[str, Any]] = []
         self.disarm: list[str] = []

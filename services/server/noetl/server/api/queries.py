@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from noetl.client.activity import loop_counters, task_outputs
@@ -39,7 +40,7 @@ async def _read(bus: Any, filters: list[str]) -> list[tuple[int, Any]]:
     return [(m.seq, loads(m.data)) for m in await bus.read(s.EVENTS_STREAM, filters)]
 
 
-def _summary_of(requested: dict[str, Any] | None, finished: dict[str, Any] | None) -> dict[str, Any]:
+def _summary_of(requested: Mapping[str, Any] | None, finished: Mapping[str, Any] | None) -> dict[str, Any]:
     req = (requested or {}).get("payload") or {}
     fin = (finished or {}).get("payload") or {}
     any_ev = requested or finished or {}

@@ -10,6 +10,7 @@ event hides everything else.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -180,7 +181,7 @@ def format_ms(ms: float | None) -> str:
     return f"{minutes // 60} h {minutes % 60} min"
 
 
-def _run(view: ExecutionView, by_id: dict[str, StepRun], ev: dict[str, Any]) -> StepRun:
+def _run(view: ExecutionView, by_id: dict[str, StepRun], ev: Mapping[str, Any]) -> StepRun:
     rid = str(ev.get("step_run_id") or "")
     run = by_id.get(rid)
     if run is None:  # a step that failed before it was scheduled, or an event read out of order
@@ -189,7 +190,7 @@ def _run(view: ExecutionView, by_id: dict[str, StepRun], ev: dict[str, Any]) -> 
     return run
 
 
-def fold(execution_id: str, events: list[dict[str, Any]]) -> ExecutionView:
+def fold(execution_id: str, events: Sequence[Mapping[str, Any]]) -> ExecutionView:
     view = ExecutionView(execution_id)
     by_id: dict[str, StepRun] = {}
     tasks: dict[str, TaskRun] = {}
