@@ -8,7 +8,7 @@ from typing import Any
 
 from noetl.dsl.specmerge import effective_step_spec
 from noetl.engine.limits import MAX_EVENT_PAYLOAD, by_reference, size
-from noetl.engine.state import ExecutionState, RunState
+from noetl.engine.state import EventView, ExecutionState, RunState
 from noetl.events.envelope import Command, EntityType, Event, EventName, Status, make_event
 from noetl.events.ids import derive_id
 from noetl.events.subjects import DEFAULT_POOL
@@ -76,8 +76,8 @@ class Emitter:
         run: RunState,
         *,
         index: int | None = None,
-        iter_: dict[str, Any] | None = None,
-        local: dict[str, Any] | None = None,
+        iter_: dict[str, object] | None = None,
+        local: dict[str, object] | None = None,
     ) -> None:
         """``local``: the whole loop for one worker (``exec: local``, SEMANTICS §21)."""
         self.n += 1
@@ -107,7 +107,7 @@ class Emitter:
         self.out.commands.append(cmd)
 
 
-def event_view(name: str, status: str, payload: dict[str, Any]) -> dict[str, Any]:
+def event_view(name: str, status: str, payload: dict[str, Any]) -> EventView:
     """What arcs and admission see as ``event``."""
     return {
         "name": name,

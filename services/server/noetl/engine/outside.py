@@ -20,7 +20,7 @@ from noetl.dsl.errors import (
 from noetl.dsl.model import Step
 from noetl.engine import loops, routing
 from noetl.engine.emitter import Emitter
-from noetl.engine.state import ExecutionState, RunState
+from noetl.engine.state import EventView, ExecutionState, RunState
 from noetl.events.clock import later, not_after
 from noetl.events.envelope import Event
 from noetl.events.ids import derive_id
@@ -43,7 +43,7 @@ def _passed(due: str, now: str) -> bool:
 
 
 def _arm(
-    state: ExecutionState, em: Emitter, kind: str, at: str, run: RunState | None = None, **extra: Any
+    state: ExecutionState, em: Emitter, kind: str, at: str, run: RunState | None = None, **extra: object
 ) -> str:
     timer_id = derive_id(state.execution_id, run.run_id if run else "", kind)
     em.out.timers.append(
@@ -156,7 +156,7 @@ def on_timer(state: ExecutionState, event: Event, em: Emitter) -> None:
 
 
 def wait(
-    state: ExecutionState, step: Step, run: RunState, trigger: dict[str, Any] | None, em: Emitter
+    state: ExecutionState, step: Step, run: RunState, trigger: EventView | None, em: Emitter
 ) -> None:
     """An admitted token waits at a step with ``lifecycle.await`` for its signal; a signal that
     arrived before it is waiting in the queue and is taken at once."""
@@ -183,7 +183,7 @@ def wait(
             _arm(state, em, "signal_timeout", at, run, limit_s=lc.await_timeout_s)
 
 
-def _take(state: ExecutionState, step: Step, run: RunState, data: Any, em: Emitter) -> None:
+def _take(state: ExecutionState, step: Step, run: RunState, data: object, em: Emitter) -> None:
     disarm(run, em)
     run.status = "running"
     run.args = {**run.args, "signal": data}
@@ -206,7 +206,7 @@ def on_signal(state: ExecutionState, event: Event, em: Emitter) -> None:
     state.signals.setdefault(name, []).append(data)
 
 
-def hold(state: ExecutionState, run: RunState, trigger: dict[str, Any] | None) -> None:
+def hold(state: ExecutionState, run: RunState, trigger: EventView | None) -> None:
     """A token admitted while the execution is paused waits to be scheduled until it resumes."""
     run.status, run.trigger = "held", trigger
     state.held.append(run.run_id)
