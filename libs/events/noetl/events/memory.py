@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from noetl.events.memory_schedules import Schedules
 from noetl.events.port import (
     BusError,
+    Delivery,
     Entry,
     KeyExistsError,
     Message,
@@ -393,13 +394,13 @@ class _Queue:
         self.done = {q for q in self.done if q >= self.floor}
         return out
 
-    async def fetch(self, batch: int, timeout: float) -> list[_Delivery]:
+    async def fetch(self, batch: int, timeout: float) -> list[Delivery]:
         deadline = self.bus.clock() + timeout
         while True:
             now = self.bus.clock()
             ready = self._ready(now)[:batch]
             if ready:
-                out = []
+                out: list[Delivery] = []
                 for m in ready:
                     p = self.state[m.seq]
                     p.delivered += 1

@@ -39,7 +39,9 @@ from nats.js.errors import (
 
 from noetl.events.outbox import Outbox
 from noetl.events.port import (
+    Bus,
     BusError,
+    Delivery,
     Entry,
     KeyExistsError,
     Message,
@@ -62,12 +64,13 @@ log = logging.getLogger("noetl.events")
 _READER_CHECK_EVERY = 3.0
 
 
-def as_bus(conn: Any, *, replicas: int | None = None) -> Any:
+def as_bus(conn: Any, *, replicas: int | None = None) -> Bus:
     """The bus port (``noetl.events.port``) of what a caller holds: a bus as it is (``NatsBus``
     or the in-memory twin), a nats-py connection or JetStream context wrapped in a ``NatsBus``.
     The one place that tells them apart, so services and stores accept either."""
     if hasattr(conn, "queue") and hasattr(conn, "outbox"):
-        return conn
+        bus: Bus = conn
+        return bus
     if isinstance(conn, JetStreamContext):
         return NatsBus.of(conn, replicas=replicas)
     return NatsBus(conn, replicas=replicas)
@@ -375,7 +378,7 @@ class _NatsQueue:
     def __init__(self, puller: Puller) -> None:
         self._puller = puller
 
-    async def fetch(self, batch: int, timeout: float) -> list[_NatsDelivery]:
+    async def fetch(self, batch: int, timeout: float) -> list[Delivery]:
         return [_NatsDelivery(m) for m in await self._puller.fetch(batch, wait=max(timeout, 0.01))]
 
     async def close(self, *, nak: bool = True) -> None:
