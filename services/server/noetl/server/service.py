@@ -33,8 +33,10 @@ from noetl.events.envelope import Event, WireError, decode_event, dumps, loads, 
 from noetl.events.ids import derive_id
 from noetl.events.nats_port import as_bus
 from noetl.events.port import (
+    Bus,
     BusError,
     Delivery,
+    Entry,
     KeyExistsError,
     Message,
     QueueConfig,
@@ -77,7 +79,7 @@ class Server:
         deployment). The partitions this server decides for come from the leases; ``owned`` fixes
         them instead, and ``leases=False`` takes them all (a private NATS with one server).
         ``bus``: the bus port (``noetl.events.port``), or a nats-py connection to wrap in one."""
-        self.bus: Any = as_bus(bus, replicas=replicas)
+        self.bus: Bus = as_bus(bus, replicas=replicas)
         self._partitions_arg = partitions
         self.partitions = partitions or s.DEFAULT_PARTITIONS
         self._static = owned
@@ -185,7 +187,7 @@ class Server:
             )
         return recorded
 
-    async def _recorded(self) -> Any:
+    async def _recorded(self) -> Entry:
         entry = await self.kv.get(s.PARTITIONS_KEY)
         if entry is None:
             raise LookupError(f"{s.PARTITIONS_KEY} not shown yet")

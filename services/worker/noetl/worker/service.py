@@ -51,7 +51,7 @@ from noetl.events.histogram import Histogram
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
 from noetl.events.nats_port import as_bus
-from noetl.events.port import QueueConfig
+from noetl.events.port import Bus, QueueConfig
 from noetl.events.retry import is_transient, retrying
 from noetl.events.streams import replicated
 from noetl.host import logs
@@ -87,7 +87,7 @@ class Worker:
         if problem := pool_problem(pool):
             raise DeploymentError(f"--pool: {problem}")
         # a bus port (noetl.events.port): NATS, or the in-memory twin of behaviour tests
-        self.bus: Any = as_bus(nc, replicas=replicas)
+        self.bus: Bus = as_bus(nc, replicas=replicas)
         nc = getattr(self.bus, "nc", None)
         self.nc, self.js = nc, (nc.jetstream() if nc is not None else None)
         self.replicas = replicas
