@@ -11,7 +11,7 @@ from typing import Any
 
 from noetl.engine import is_input
 from noetl.events import subjects as s
-from noetl.events.envelope import dumps, loads, make_event
+from noetl.events.envelope import Event, dumps, loads, make_event
 from noetl.events.memory import MemoryBus
 from noetl.store.catalog import Catalog
 from noetl.worker.service import Worker
@@ -26,7 +26,7 @@ async def run(text: str, *, cancel_after: int | None = None) -> tuple[Driver, li
     await bus.prepare()
     d = Driver(text)
     await (await Catalog.open(bus)).put_digest(d.state.playbook.digest, text)
-    inputs: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    inputs: asyncio.Queue[Event] = asyncio.Queue()
     worker_events: list[dict[str, Any]] = []
 
     async def on_event(m: Any) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from noetl.events.memory_schedules import Schedules
@@ -239,7 +239,9 @@ class MemoryBus:
             raise BusError(f"stream {stream} is a work queue: read it through a queue")
         return st.select(filters, start_seq, before_seq)
 
-    async def follow(self, stream: str, filters: list[str], *, start_seq: int = 1) -> AsyncIterator[Message]:
+    async def follow(
+        self, stream: str, filters: list[str], *, start_seq: int = 1
+    ) -> AsyncGenerator[Message, None]:
         nxt = start_seq
         st = self._stream(stream)
         waiter = st.waiter(filters)

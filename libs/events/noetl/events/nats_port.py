@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import io
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import nats.errors
@@ -164,7 +164,9 @@ class NatsBus:
                 await self.js.delete_consumer(stream, name)
         return out
 
-    async def follow(self, stream: str, filters: list[str], *, start_seq: int = 1) -> AsyncIterator[Message]:
+    async def follow(
+        self, stream: str, filters: list[str], *, start_seq: int = 1
+    ) -> AsyncGenerator[Message, None]:
         """Over ``reader``: a consumer lost with a node, a restart or a long disconnect (or a
         message lost on the way) is noticed, and a new one goes on after the last message given."""
         nxt = start_seq
