@@ -52,9 +52,10 @@ from noetl.events.port import (
     RefusedError,
     RevisionMismatchError,
     StreamConfig,
+    UnavailableError,
 )
 from noetl.events.puller import Puller, PullError, ack_stored, consumer_sequence
-from noetl.events.retry import is_transient, retrying
+from noetl.events.retry import describe, is_transient, retrying
 from noetl.events.streams import ensure_all, ensure_consumer, ensure_kv, ensure_object_store
 from noetl.events.subjects import consumer_delete_subject, kv_subject
 
@@ -261,6 +262,36 @@ class NatsBus:
 
     async def objects(self, bucket: str) -> _NatsObjects:
         return _NatsObjects(await ensure_object_store(self.js, bucket, replicas=self.replicas))
+
+
+_STREAM_NOT_FOUND = 10059  # nats-server's JSStreamNotFoundErr
+
+
+def port_error(e: BaseException) -> BusError | None:
+    """The port's error for a failure of nats-py (None when ``e`` is not one): the adapter's
+    translation, so that what crosses the port is ``noetl.events.port``'s family and nats-py's
+    classes and JetStream's error codes are read here alone. ``__cause__`` keeps the original.
+
+    Passing by itself (``is_transient``: time-outs, no responders, a reconnect, no leader) is
+    ``UnavailableError``; a message that can never be stored is ``RefusedError``; a stream that
+    is not there ``NoStreamError``; any other nats-py failure a plain ``BusError``.
+    """
+    if isinstance(e, BusError):
+        return e
+    if not isinstance(e, nats.errors.Error | APIError | TimeoutError):
+        return None
+    out: BusError
+    text = describe(e)
+    if is_transient(e):
+        out = UnavailableError(text)
+    elif never_storable(e):
+        out = RefusedError(text)
+    elif isinstance(e, NotFoundError) and e.err_code == _STREAM_NOT_FOUND:
+        out = NoStreamError(text)
+    else:
+        out = BusError(text)
+    out.__cause__ = e
+    return out
 
 
 def never_storable(e: BaseException) -> bool:

@@ -42,6 +42,13 @@ class BusError(Exception):
     """A transport failure the caller may retry (the twin raises it as NATS would)."""
 
 
+class UnavailableError(BusError):
+    """Not now, not this request's fault: a time-out, no responder, a reconnecting connection,
+    a stream or cluster without a leader (an election takes seconds). The same request sent again
+    with the same ids succeeds once the bus is back, and a repeat of one that did land is dropped
+    by the duplicate window, so callers wait these out (``noetl.events.retry``)."""
+
+
 class NoStreamError(BusError):
     """No stream takes the subject: the publish can never succeed until one is declared."""
 
