@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from noetl.events.vocabulary import EventName
+
 _ENDS = {"step.done": "done", "loop.done": "done", "step.failed": "failed", "step.skipped": "skipped"}
 
 
@@ -54,7 +56,8 @@ class Activity:
 
     def feed(self, ev: Mapping[str, Any]) -> StepRun | None:
         """Fold one event; the step run it concerns, if any."""
-        name, rid, p = ev.get("name"), ev.get("step_run_id"), _payload(ev)
+        name: EventName | None = ev.get("name")  # so each name compared below is checked
+        rid, p = ev.get("step_run_id"), _payload(ev)
         if name == "workflow.finished":
             self.finished = p
             return None

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from noetl.events.vocabulary import EventName
+
 _STEP_STATUS = {"step.done": "done", "loop.done": "done", "step.failed": "failed"}
 
 
@@ -14,7 +16,8 @@ def execution_output(execution_id: str, events: Sequence[Mapping[str, Any]]) -> 
     steps: dict[str, list[dict[str, Any]]] = {}
     finished: dict[str, Any] = {}
     for ev in events:
-        name, rid = ev.get("name"), ev.get("step_run_id")
+        name: EventName | None = ev.get("name")  # so each name compared below is checked
+        rid = ev.get("step_run_id")
         run: dict[str, Any] | None
         if name in ("step.scheduled", "step.skipped") and rid and rid not in runs:
             run = {"status": "skipped" if name == "step.skipped" else "running", "result": None}
@@ -49,7 +52,8 @@ def waiting_for(events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     waiting: dict[str, dict[str, Any]] = {}
     paused = False
     for ev in events:
-        name, rid = ev.get("name"), ev.get("step_run_id")
+        name: EventName | None = ev.get("name")  # so each name compared below is checked
+        rid = ev.get("step_run_id")
         if name == "step.waiting" and rid:
             p = raw if isinstance(raw := ev.get("payload"), dict) else {}
             waiting[rid] = {

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from noetl.client.activity import Activity
+from noetl.events.vocabulary import EventName
 
 _TIME = re.compile(r"T(\d\d:\d\d:\d\d)(\.\d{1,3})?")
 MAX_MESSAGE = 240
@@ -57,7 +58,7 @@ def _duration(outcome: dict[str, Any]) -> str:
 
 
 def _detail(ev: dict[str, Any], p: dict[str, Any]) -> str:
-    name = ev.get("name")
+    name: EventName | None = ev.get("name")  # so each name compared below is checked
     if name == "task.started":
         attempt = p.get("attempt")
         again = isinstance(attempt, int) and attempt > 1

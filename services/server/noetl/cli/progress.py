@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from noetl.cli.lines import error_text, output_lines, where
 from noetl.client.activity import Activity, StepRun
+from noetl.events.vocabulary import EventName
 
 log = logging.getLogger("noetl.cli")
 
@@ -97,7 +98,7 @@ class Progress:
     def feed(self, ev: dict[str, Any]) -> None:
         if self._closed:
             return
-        name = ev.get("name")
+        name: EventName | None = ev.get("name")  # so each name compared below is checked
         run = self.activity.feed(ev)
         if run is not None:
             self._started.setdefault(run.run_id, self.clock())

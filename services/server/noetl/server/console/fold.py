@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from noetl.client.view import waiting_for
+from noetl.events.vocabulary import EventName
 
 _TERMINAL = {"step.done": "done", "loop.done": "done", "step.failed": "failed"}
 # the order a step's status is picked in when it has several runs: what needs attention first
@@ -195,7 +196,7 @@ def fold(execution_id: str, events: Sequence[Mapping[str, Any]]) -> ExecutionVie
     by_id: dict[str, StepRun] = {}
     tasks: dict[str, TaskRun] = {}
     for ev in events:
-        name = ev.get("name")
+        name: EventName | None = ev.get("name")  # so each name compared below is checked
         payload = raw if isinstance(raw := ev.get("payload"), dict) else {}
         view.events += 1
         view.last_at = ev.get("timestamp") or view.last_at
