@@ -22,7 +22,7 @@ from noetl.dsl.errors import (
 from noetl.dsl.names import execution_id_problem, request_id_problem, signal_name_problem
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events
-from noetl.events.envelope import dumps, loads
+from noetl.events.envelope import Event, dumps, loads
 from noetl.events.ids import execution_id_for
 from noetl.events.nats_port import as_bus
 from noetl.events.objects import expand, is_reference, resolve
@@ -146,7 +146,7 @@ async def wait_finished(
     await awaited.wait(timeout)
 
 
-async def complete_log(conn: Any, execution_id: str, patience: float = 5.0) -> list[dict[str, Any]]:
+async def complete_log(conn: Any, execution_id: str, patience: float = 5.0) -> list[Event]:
     """The execution's events up to ``playbook.processed``.
 
     A core subscriber can hear of a message before the stream has stored it, so a read right

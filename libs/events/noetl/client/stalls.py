@@ -8,6 +8,7 @@ never changes. Pure: the caller reads the last event, the clock and the live wor
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -38,7 +39,7 @@ def _age(timestamp: Any, now: datetime) -> float | None:
 
 
 def assess(
-    last: dict[str, Any] | None,
+    last: Mapping[str, Any] | None,
     now: datetime,
     *,
     waiting: bool = False,
@@ -59,8 +60,8 @@ def assess(
     name = str(last.get("name"))
     step = last.get("entity_id")
     out: dict[str, Any] = {"state": "stalled", "idle_s": round(idle, 1), "last_event": name}
-    payload = last.get("payload") if isinstance(last.get("payload"), dict) else {}
-    worker = payload.get("worker")
+    payload = last.get("payload")
+    worker = payload.get("worker") if isinstance(payload, Mapping) else None
     if step_pool is not None and live_pools is not None and step_pool not in live_pools and (
         name in ("step.scheduled", "loop.started", "step.started") or name.startswith("loop.")
     ):

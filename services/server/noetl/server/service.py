@@ -30,12 +30,14 @@ from noetl.engine.fold import replay
 from noetl.events import subjects as s
 from noetl.events import supervise
 from noetl.events.clock import utc_now
-from noetl.events.envelope import WireError, decode_event, dumps, loads, make_event
+from noetl.events.envelope import Event, WireError, decode_event, dumps, loads, make_event
 from noetl.events.ids import derive_id
 from noetl.events.nats_port import as_bus
 from noetl.events.port import (
+    Bus,
     BusError,
     Delivery,
+    Entry,
     KeyExistsError,
     Message,
     QueueConfig,
@@ -80,7 +82,7 @@ class Server:
         deployment). The partitions this server decides for come from the leases; ``owned`` fixes
         them instead, and ``leases=False`` takes them all (a private NATS with one server).
         ``bus``: the bus port (``noetl.events.port``), or a nats-py connection to wrap in one."""
-        self.bus: Any = as_bus(bus, replicas=replicas)
+        self.bus: Bus = as_bus(bus, replicas=replicas)
         self._partitions_arg = partitions
         self.partitions = partitions or s.DEFAULT_PARTITIONS
         self._static = owned
@@ -106,7 +108,7 @@ class Server:
         self.leases: PartitionLeases | None = None
         self.lanes = SlowLanes(self._decide_known, self._store_lane)
         # sees every input the engine decides on and every event it writes (metrics)
-        self.observer: Callable[[dict[str, Any]], None] | None = None
+        self.observer: Callable[[Event], None] | None = None
 
     @property
     def owned(self) -> list[int]:
@@ -196,7 +198,7 @@ class Server:
             )
         return recorded
 
-    async def _recorded(self) -> Any:
+    async def _recorded(self) -> Entry:
         entry = await self.kv.get(s.PARTITIONS_KEY)
         if entry is None:
             raise LookupError(f"{s.PARTITIONS_KEY} not shown yet")
@@ -447,7 +449,7 @@ class Server:
         groups: dict[str, _Outputs],
         ended_loops: list[tuple[str, str]],
         partition: int,
-        event: dict[str, Any],
+        event: Event,
         decision: Any,
     ) -> None:
         if self.observer is not None:
@@ -483,7 +485,7 @@ class Server:
                 extra={"execution_id": eid, "status": st.status, "playbook": st.playbook.metadata.path},
             )
 
-    async def _store_lane(self, partition: int, event: dict[str, Any], decision: Any) -> None:
+    async def _store_lane(self, partition: int, event: Event, decision: Any) -> None:
         """One decision of a slow lane (``noetl.server.lanes``), stored as a batch's are; the
         partition's checkpoint is not moved here: it follows the lanes' floor."""
         groups: dict[str, _Outputs] = {}
@@ -545,7 +547,7 @@ class Server:
         await self._checkpoint_to(partition, seq)
 
     async def _close_directly(
-        self, eid: str, cause: dict[str, Any], err: dict[str, Any], partition: int
+        self, eid: str, cause: Event, err: dict[str, Any], partition: int
     ) -> None:
         """The last resort: even the abort's decision could not be stored."""
         closing = []
@@ -556,10 +558,10 @@ class Server:
                 timestamp=cause.get("timestamp") or utc_now(),
                 source="server",
                 name=name,
-                entity_type=entity_type,  # type: ignore[arg-type]
+                entity_type=entity_type,
                 entity_id=eid,
-                status=status,  # type: ignore[arg-type]
-                payload=payload,  # type: ignore[arg-type]
+                status=status,
+                payload=payload,
                 cause_id=cause["event_id"],
             )
             closing.append((s.event_subject(partition, eid, name), dumps(ev), ev["event_id"], True))
@@ -568,7 +570,7 @@ class Server:
         if state is not None:
             state.finished, state.status, state.failed, state.error = True, "failed", True, err
 
-    def _observe(self, event: dict[str, Any], outputs: list[dict[str, Any]]) -> None:
+    def _observe(self, event: Event, outputs: list[Event]) -> None:
         """Metrics see the input and its outputs; a fault in them never stops the engine."""
         assert self.observer is not None
         try:
@@ -668,7 +670,7 @@ class Server:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    async def _decide(self, event: dict[str, Any], seq: int, partition: int) -> Any:
+    async def _decide(self, event: Event, seq: int, partition: int) -> Any:
         eid = event.get("execution_id")
         if not isinstance(eid, str):
             return None
@@ -703,7 +705,7 @@ class Server:
         return decision
 
     @staticmethod
-    def _decide_known(state: ExecutionState, event: dict[str, Any]) -> Any:
+    def _decide_known(state: ExecutionState, event: Event) -> Any:
         """A lane's decision (in a thread): the engine alone, on a state already in memory."""
         if state.finished or event["name"] == "playbook.execution.requested":
             return None
@@ -730,7 +732,7 @@ class _Outputs:
 
     __slots__ = ("cause", "commands", "disarm", "events", "objects", "timers")
 
-    def __init__(self, cause: dict[str, Any]) -> None:
+    def __init__(self, cause: Event) -> None:
         self.cause = cause
         self.timers: list[dict[str, Any]] = []
         self.disarm: list[str] = []

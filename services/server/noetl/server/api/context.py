@@ -42,7 +42,8 @@ class ApiContext:
 
 
 def ctx_of(request: Request) -> ApiContext:
-    return request.app.state.noetl
+    ctx: ApiContext = request.app.state.noetl
+    return ctx
 
 
 def error(status: int, cls: type[NoetlError], message: str, **extra: Any) -> JSONResponse:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import re
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,7 +45,7 @@ async def _read(bus: Any, filters: list[str]) -> list[tuple[int, Any]]:
     return [(m.seq, loads(m.data)) for m in await bus.read(s.EVENTS_STREAM, filters)]
 
 
-def _summary_of(requested: dict[str, Any] | None, finished: dict[str, Any] | None) -> dict[str, Any]:
+def _summary_of(requested: Mapping[str, Any] | None, finished: Mapping[str, Any] | None) -> dict[str, Any]:
     req = (requested or {}).get("payload") or {}
     fin = (finished or {}).get("payload") or {}
     any_ev = requested or finished or {}
@@ -155,7 +156,7 @@ async def execution_status(conn: Any, execution_id: str) -> dict[str, Any] | Non
 
 
 async def stall_of(
-    conn: Any, events: list[dict[str, Any]], *, waiting: bool, paused: bool
+    conn: Any, events: Sequence[Mapping[str, Any]], *, waiting: bool, paused: bool
 ) -> dict[str, Any] | None:
     """Whether an execution whose events are all read is stalled, and why (None when it is not)."""
     if not events or any(e.get("name") == "workflow.finished" for e in events):
@@ -206,7 +207,7 @@ async def _live(bus: Any) -> tuple[set[str] | None, set[str] | None]:
     return {str(e.get("pool")) for e in entries}, {str(e.get("id")) for e in entries}
 
 
-def _pool_of(requested: dict[str, Any] | None, step: Any) -> str | None:
+def _pool_of(requested: Mapping[str, Any] | None, step: Any) -> str | None:
     """The pool of ``step`` in the playbook the execution was requested with."""
     from noetl.dsl.cache import parse_playbook
     from noetl.dsl.specmerge import effective_step_spec
@@ -223,8 +224,8 @@ def _pool_of(requested: dict[str, Any] | None, step: Any) -> str | None:
 
 
 def _assess(
-    last: dict[str, Any],
-    requested: dict[str, Any] | None,
+    last: Mapping[str, Any],
+    requested: Mapping[str, Any] | None,
     item: dict[str, Any],
     pools: set[str] | None,
     workers: set[str] | None,
@@ -269,7 +270,9 @@ async def stall_counts(conn: Any, running: list[str]) -> dict[str, int]:
     """How many of the ``running`` executions are stalled or queued for a pool without workers
     (``/metrics``); at most ``MAX_STALL_SCAN`` are looked at per scrape."""
     bus = as_bus(conn)
-    items = [{"execution_id": eid, "status": "running"} for eid in running[:MAX_STALL_SCAN]]
+    items: list[dict[str, Any]] = [
+        {"execution_id": eid, "status": "running"} for eid in running[:MAX_STALL_SCAN]
+    ]
     if not items:
         return {}
     await _waits(bus, items)
