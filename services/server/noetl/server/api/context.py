@@ -30,6 +30,7 @@ class ApiContext:
     admin_token: str | None = None
     metrics: Metrics = field(default_factory=Metrics)
     closing: asyncio.Event = field(default_factory=asyncio.Event)
+    nats_state: Any = None  # noetl.events.connection.ConnectionState, when the process made one
 
     @property
     def nc(self) -> Any:
