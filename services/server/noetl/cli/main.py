@@ -86,6 +86,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                 )
             )
         return 2
+    from noetl.host.natsserver import SYNC_INTERVAL_ENV, sync_interval_setting
+
+    try:  # the embedded nats-server's fsync interval (docs/guarantees.md)
+        sync_interval_setting(os.environ.get(SYNC_INTERVAL_ENV))
+    except ValueError as e:
+        print(f"noetl run: {e}", file=sys.stderr)
+        return 2
     print(f"noetl: running {path} on an embedded NATS server", file=sys.stderr)
     from noetl.cli.progress import Progress, wanted
 
