@@ -287,3 +287,43 @@ def test_the_embedded_nats_server_takes_sync_interval_always(monkeypatch: pytest
 def test_noetl_run_refuses_a_bad_sync_interval_in_one_line() -> None:
     rc, err = _refusal(["run", "examples/hello.yaml"], _env(NOETL_NATS_SYNC_INTERVAL="sometimes"))
     assert rc == 2 and err.strip().count("\n") == 0 and "NOETL_NATS_SYNC_INTERVAL" in err, err
+
+
+async def test_a_lost_connection_is_logged_and_comes_back_after_an_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A nats-server gone for 4 s: the loss and the return are logged, reconnects back off (not
+    five a second) and never give up (before: nothing logged, 0.2 s between attempts)."""
+    import asyncio
+    import logging
+
+    from noetl.events.bus import connect
+    from noetl.events.connection import ConnectionState
+
+    store = NatsServer()  # keeps its store dir across the restart below
+    ns = NatsServer(store_dir=store.store_dir).start()
+    state = ConnectionState("")
+    with caplog.at_level(logging.INFO, logger="noetl.nats"):
+        nc = await connect(ns.url, name="noetl-test", state=state)
+        try:
+            assert state.connected and state.server_version
+            port = ns.port
+            ns.kill()
+            await asyncio.sleep(4)
+            assert not nc.is_connected and not state.connected
+            assert 2 <= state.failures <= 15, state  # 0, 0.2, 0.3, 0.45 ... s apart (was 20 in 4 s)
+            ns = NatsServer(store_dir=store.store_dir, port=port).start()
+            for _ in range(100):
+                if nc.is_connected and state.connected:
+                    break
+                await asyncio.sleep(0.1)
+            assert nc.is_connected and state.connected and state.failures == 0
+            await nc.jetstream().account_info()  # and it works
+        finally:
+            await nc.close()
+            ns.stop()
+            store.stop()
+    text = caplog.text
+    assert "disconnected from NATS at " in text
+    assert "lost NATS at " in text and "ConnectionRefusedError" in text
+    assert "reconnected to NATS at " in text

@@ -79,7 +79,13 @@ def test_reconnects_round_robin_and_back_off() -> None:
 
 @pytest.mark.parametrize(
     ("text", "version"),
-    [("2.11.10", (2, 11, 10)), ("v2.12.0-beta.1", (2, 12, 0)), ("2.15", (2, 15, 0)), ("x", None), (None, None)],
+    [
+        ("2.11.10", (2, 11, 10)),
+        ("v2.12.0-beta.1", (2, 12, 0)),
+        ("2.15", (2, 15, 0)),
+        ("x", None),
+        (None, None),
+    ],
 )
 def test_server_versions_parse(text: str | None, version: tuple[int, int, int] | None) -> None:
     assert parse_version(text) == version

@@ -64,7 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from noetl.cli.embedded import run_embedded
     from noetl.cli.output import summary
     from noetl.dsl import validate_text
-    from noetl.dsl.errors import PlaybookInvalidError, TimeoutError_
+    from noetl.dsl.errors import DeploymentError, PlaybookInvalidError, TimeoutError_
 
     path = Path(args.file)
     try:
@@ -116,6 +116,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
         print(f"noetl: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
         return 128 + signum
+    except DeploymentError as e:  # the nats-server found cannot run NoETL (too old)
+        print(f"noetl run: {e.message}", file=sys.stderr)
+        return 2
     except TimeoutError:
         print(f"noetl: the execution did not finish within --timeout {args.timeout} s", file=sys.stderr)
         if args.json:
