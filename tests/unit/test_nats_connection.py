@@ -89,3 +89,22 @@ def test_reconnects_round_robin_and_back_off() -> None:
 )
 def test_server_versions_parse(text: str | None, version: tuple[int, int, int] | None) -> None:
     assert parse_version(text) == version
+
+
+def test_a_reconnect_to_an_older_node_is_an_error(caplog: pytest.LogCaptureFixture) -> None:
+    """Checked at start; a reconnect may land on another node of a mixed cluster."""
+
+    class Client:
+        connected_url = None
+
+        def __init__(self, version: str) -> None:
+            self._server_info = {"version": version}
+
+    report = ConnectionLog(ConnectionState("nats://n1:4222"), "noetl-test")
+    with caplog.at_level(logging.INFO, logger="noetl.nats"):
+        report.up(Client("2.15.1"))
+        report.up(Client("2.15.1"))
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+        report.up(Client("2.11.10"))
+    (err,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "nats-server 2.11.10" in err and "2.14.0" in err

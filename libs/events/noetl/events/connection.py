@@ -193,6 +193,18 @@ class ConnectionLog:
             )
         else:
             log.info("%s: connected to NATS at %s (nats-server %s)", self.name, where, version or "?")
+        parsed = parse_version(version)
+        if self._was_connected and parsed is not None and parsed < MIN_SERVER_VERSION:
+            # checked at start; a reconnect may land on another node of a mixed cluster
+            log.error(
+                "%s: reconnected to nats-server %s at %s, older than %s: timers and schedules "
+                "stored on it will not fire (%s); upgrade that node",
+                self.name,
+                version,
+                where,
+                _dotted(MIN_SERVER_VERSION),
+                WHY_VERSION,
+            )
         st.connected, st.failures, st.down_since, st.server_version = True, 0, None, version
         self._logged_cause, self._log_every, self._next_log_at = None, 1.0, 0.0
         self._was_connected = True
