@@ -22,6 +22,7 @@ The same ``kind`` appears in task outcomes (``outcome.error.kind``), in events
     ├── PayloadTooLargeError        payload_too_large     (a command or event over JetStream's limit)
     ├── ResultStoreError            result_store_error
     ├── WorkerLostError             worker_lost
+    ├── UnavailableError            unavailable           (API: NATS unreachable, try again)
     ├── RequestInvalidError         request_invalid
     ├── ExecutionCancelledError     cancelled             (the execution was cancelled by request)
     ├── StepTimeoutError            step_timeout          (a step run past lifecycle.timeout_s/deadline_s)
@@ -187,6 +188,13 @@ class DeploymentError(NoetlError):
     never inside an execution."""
 
     kind = "deployment_invalid"
+
+
+class UnavailableError(NoetlError):
+    """The service cannot work right now (NATS unreachable): try again when ``/ready`` says 200."""
+
+    kind = "unavailable"
+    retryable = True
 
 
 class RequestInvalidError(NoetlError):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from noetl.events.bus import connect
+from noetl.events.connection import check_server
 from noetl.events.streams import ensure_all
 from noetl.host.natsserver import NatsServer
 from noetl.store.catalog import Catalog
@@ -148,6 +149,8 @@ async def run_embedded(
     console: list[Any] = []
     try:
         nc = await connect(ns.url, name="noetl-run")
+        # a nats-server found on PATH (Debian's is 2.9) would run playbooks whose timers never fire
+        await check_server(nc, "run")
         js = nc.jetstream()
         await ensure_all(js)
         creds = await CredentialStore.open(js, generate_key())
