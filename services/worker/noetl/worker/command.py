@@ -13,7 +13,10 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from noetl.dsl.cache import template_engine
+from noetl.dsl.errors import ReducerTypeError
 from noetl.dsl.model import Playbook, Step
+from noetl.dsl.policy import apply_patch
+from noetl.dsl.reducers import apply_reduced
 from noetl.dsl.specmerge import effective_step_spec
 from noetl.events import subjects as s
 from noetl.events.clock import utc_now
@@ -75,6 +78,9 @@ class CommandRun(_Command):
         # progress, `noetl events` and `noetl logs`; once per task run keeps the event bytes down
         self.at = {"index": self.index} if self.index is not None else {}
         self.ikey = s.iter_key(self.exec_id, self.run_id, self.index) if self.index is not None else None
+        # the ctx writes of the run, as the server will fold them (masked): a local loop applies
+        # them to the ctx its next iterations start with, as the server would before dispatching
+        self.ctx_patches: list[dict[str, Any]] = []
 
     async def event(
         self,
@@ -191,7 +197,7 @@ class CommandRun(_Command):
         )
         payload: dict[str, Any] = {"result": result}
         if res.ctx_patches:  # the fold reads a missing list as empty: no bytes for nothing
-            payload["ctx_patches"] = self.masker.mask(res.ctx_patches)
+            payload["ctx_patches"] = self.ctx_patches = self.masker.mask(res.ctx_patches)
         if not res.ok:
             payload["error"] = self.masker.mask(res.error)
         await self.worker._publish_terminal(self.cmd, res.ok, payload, self.outbox, confirm=not self.shared)
@@ -217,7 +223,25 @@ class SharedOutbox:
 
 class LocalLoop(_Command):
     """An ``exec: local`` loop (SEMANTICS §21): its iterations run here, in order or up to
-    ``max_in_flight`` at once, each as the command it would have been."""
+    ``max_in_flight`` at once, each as the command it would have been.
+
+    Placement never changes an outcome: the server dispatches a distributed iteration with the
+    ctx it holds then, which has folded the ``ctx_patches`` of every iteration that ended before
+    it. A local loop keeps the same running ctx here (patches applied in the order the terminal
+    events are sent, through the loop's reducers when it declares any), so a sequential loop's
+    iteration sees the ``set_ctx`` of the ones before it exactly as a distributed one does."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        cmd: dict[str, Any],
+        playbook: Playbook,
+        step: Step,
+        keychain: dict[str, Any],
+        masker: Masker,
+    ) -> None:
+        super().__init__(worker, cmd, playbook, step, keychain, masker)
+        self.ctx: dict[str, Any] = dict(cmd.get("ctx") or {})
 
     @property
     def local(self) -> dict[str, Any]:
@@ -236,11 +260,32 @@ class LocalLoop(_Command):
         if self.local.get("parent") is not None:
             iter_["parent"] = self.local["parent"]
         cmd = {k: v for k, v in self.cmd.items() if k != "local"}
-        cmd.update(command_id=derive_id(self.cmd["command_id"], "iteration", i), index=i, iter=iter_)
+        cmd.update(
+            command_id=derive_id(self.cmd["command_id"], "iteration", i), index=i, iter=iter_, ctx=self.ctx
+        )
         return cmd
 
+    def _fold(self, i: int, patches: list[dict[str, Any]]) -> bool:
+        """An iteration's ctx writes, applied as the server's fold applies them (engine
+        ``loops.on_iteration``): False when a reducer refuses a value, which fails the iteration
+        there (all of its writes or none)."""
+        if not patches:
+            return True
+        reducers = self.step.loop.reducers if self.step.loop is not None else None
+        if reducers:
+            try:
+                where = f"loop step {self.step.name!r}, iteration {i}"
+                self.ctx = apply_reduced(self.ctx, patches, reducers, where)
+            except ReducerTypeError:
+                return False
+            return True
+        for patch in patches:
+            self.ctx = apply_patch(self.ctx, patch)
+        return True
+
     async def _ended(self) -> set[int]:
-        """Iterations whose terminal event is stored: a redelivered loop does not run them again."""
+        """Iterations whose terminal event is stored: a redelivered loop does not run them again,
+        and starts the others with the ctx their writes left."""
         exec_id, run_id = self.cmd["execution_id"], self.cmd["step_run_id"]
         filters = [
             s.execution_event_filter(exec_id, n) for n in ("loop.iteration.done", "loop.iteration.failed")
@@ -252,8 +297,9 @@ class LocalLoop(_Command):
         for m in msgs:
             e = loads(m.data)
             index = (e.get("payload") or {}).get("index") if isinstance(e, dict) else None
-            if isinstance(index, int) and e.get("step_run_id") == run_id:
+            if isinstance(index, int) and e.get("step_run_id") == run_id and index not in ended:
                 ended.add(index)
+                self._fold(index, list((e.get("payload") or {}).get("ctx_patches") or []))
         return ended
 
     def _stop_starting(self, failed: bool) -> bool:
@@ -285,6 +331,7 @@ class LocalLoop(_Command):
                     self.keychain, self.masker, outbox,
                 )
                 ok = await run.run(redelivered)
+                ok = self._fold(i, run.ctx_patches) and ok
             except Exception as e:  # a fault, not an outcome: no new start, then redelivery
                 errors.append(e)
             finally:
