@@ -301,7 +301,7 @@ def test_lines_point_at_the_offending_key() -> None:
         ),
         steps(
             "- step: start\n  tool: {kind: noop}\n",
-            root="keychain: [{name: k, kind: secret, scope: x}]\n"
+            root="keychain: [{name: k, kind: secret}]\n"
             "executor: {spec: {timeout: 3}}\nworkload: {x: 1}\nworkbook: {tasks: {w: {kind: noop}}}\n",
         ),
         steps(
