@@ -124,6 +124,17 @@ async def start_console(nc: Any, server: Any, worker: Any, credentials: Any) -> 
     return parts, api.url, token
 
 
+def _declared_kinds(text: str, file: str) -> dict[str, str]:
+    """The playbook's keychain kinds by name: an entry of the credentials file written without a
+    kind takes the one the playbook declares for it."""
+    from noetl.dsl.cache import parse_playbook
+
+    try:
+        return {e.name: e.kind for e in parse_playbook(text, file).keychain}
+    except Exception:  # an invalid playbook is reported by the request, with its lines
+        return {}
+
+
 async def run_embedded(
     text: str,
     file: str,
@@ -152,7 +163,7 @@ async def run_embedded(
         await ensure_all(js)
         creds = await CredentialStore.open(js, generate_key())
         if credentials_file:
-            for name, entry in load_credentials_file(credentials_file).items():
+            for name, entry in load_credentials_file(credentials_file, _declared_kinds(text, file)).items():
                 # a private run of the user's own file: its playbook is inline, and may use them
                 scope = {"paths": ["*"], "inline": True}
                 await creds.put(name, entry.get("kind", "secret"), entry.get("data") or {}, scope)
