@@ -73,7 +73,7 @@ def _walk(value: Any, path: Path, declared: set[str], r: Report) -> None:
             for name in template_names(node):
                 _missing(name, declared, where, f"`keychain.{name}`", r)
         elif isinstance(node, dict):
-            stack.extend((v, (*where, k)) for k, v in node.items() if k != "code")
+            stack.extend((v, (*where, k)) for k, v in node.items() if k not in ("code", "script"))
         elif isinstance(node, list):
             stack.extend((v, (*where, i)) for i, v in enumerate(node))
 

@@ -38,7 +38,7 @@ SLOW_RENDER_S = 0.02
 _SLOW_EXECUTIONS: set[str] = set()  # of this worker process: their template work runs in a thread
 
 # fields a kind reads as code, not as a template
-_RAW_FIELDS = frozenset({"code"})
+_RAW_FIELDS = frozenset({"code", "script"})  # python's code, a script task's text
 
 
 @dataclass
