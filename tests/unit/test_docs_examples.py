@@ -115,6 +115,11 @@ RUNS = [
     ),
     ("loop_parallel.yaml", [], {"result": {"done": 3, "failed": 1, "parsed": ["a.csv", "b.csv", "c.csv"]}}),
     ("subplaybook.yaml", ["--catalog", str(EXAMPLES / "lib")], {"result": {"doubled": 42}}),
+    (
+        "tool_script.yaml",
+        [],
+        {"result": {"count": 2, "lines": ["hello ada", "hello grace"]}, "ctx": {"missing": True}},
+    ),
 ]
 
 

@@ -177,6 +177,15 @@ class CommandRun(_Command):
                 {"args": self.cmd.get("args") or {}, "worker": self.worker.worker_id},
                 derive_id(self.cid, "step.started"),
             )
+        else:  # spec 003 §8: sent now, confirmed with the iteration's terminal event (no extra ack)
+            await self.event(
+                "loop.iteration.started",
+                "loop",
+                self.step.name,
+                "in_progress",
+                {"index": self.index, "worker": self.worker.worker_id},
+                derive_id(self.cid, "loop.iteration.started"),
+            )
         pipe = Pipeline(
             self.playbook,
             self.step,
@@ -190,6 +199,7 @@ class CommandRun(_Command):
             emit=self.emit,
             checkpoint=self.checkpoint,
             command_id=self.cid,
+            trace_id=self.cmd.get("trace_id"),
         )
         res = await self.worker._run_pipeline(self.exec_id, pipe, snapshot, self.cmd.get("iter"), self.run_id)
         result = await externalize(

@@ -114,8 +114,11 @@ class Pipeline:
         checkpoint: CheckpointFn | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         command_id: str = "",
+        trace_id: str | None = None,
     ) -> None:
+        """``trace_id``: the execution's trace, carried into every ``outcome.meta``."""
         self.playbook, self.step, self.engine = playbook, step, engine
+        self.trace_id = trace_id
         self.execution_id, self.workload, self.base_ctx, self.args = execution_id, workload, ctx, args
         self.keychain, self.services = keychain, services
         self.emit, self.checkpoint, self.sleep = emit, checkpoint, sleep
@@ -277,7 +280,7 @@ class Pipeline:
                 "status": "error",
                 "error": ToolError(f"{kind} task {task.name}: {type(e).__name__}: {e}").to_dict(),
             }
-        outcome.setdefault("meta", clock.meta(task.name, attempt))
+        outcome["meta"] = {**clock.meta(task.name, attempt, self.trace_id), **(outcome.get("meta") or {})}
         return outcome, output
 
 
