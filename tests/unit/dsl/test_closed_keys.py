@@ -209,3 +209,46 @@ def test_declared_keychain_names_and_templated_auth_pass() -> None:
         root="keychain: [{name: pg_main, kind: postgres_credential}, {name: token, kind: secret}]\n",
     )
     assert problems(text) == []
+
+
+# ---- smaller rules (issue 27) ------------------------------------------------------------------
+
+
+def test_iterator_parent_is_refused_since_it_hides_iter_parent() -> None:
+    p = find(
+        problems(steps("- step: start\n  loop: {in: [1], iterator: parent}\n  tool: {kind: noop}\n")),
+        "workflow[0].loop.iterator",
+    )
+    assert "`parent`" in p.message and "iter.parent" in p.message
+
+
+def test_set_iter_outside_a_loop_is_an_error() -> None:
+    rule = "spec: {policy: {rules: [{else: {then: {set_iter: {page: 1}}}}]}}"
+    p = find(
+        problems(steps(f"- step: start\n  tool: [{{name: t, kind: noop, {rule}}}]\n")),
+        "workflow[0].tool[0].spec.policy.rules[0].else.then.set_iter",
+    )
+    assert "without `loop`" in p.message
+    in_loop = steps(
+        f"- step: start\n  loop: {{in: [1], iterator: x}}\n  tool: [{{name: t, kind: noop, {rule}}}]\n"
+    )
+    assert problems(in_loop) == []
+
+
+def test_set_iter_of_a_workbook_template_outside_a_loop_is_an_error() -> None:
+    text = steps(
+        "- step: start\n  tool: [{name: t, kind: workbook, task: w}]\n",
+        root="workbook: {tasks: {w: {kind: noop,\n"
+        "  spec: {policy: {rules: [{else: {then: {set_iter: {a: 1}}}}]}}}}}\n",
+    )
+    p = find(problems(text), "workflow[0].tool[0]")
+    assert "set_iter" in p.message and "no `loop`" in p.message
+
+
+def test_the_set_shared_message_points_at_reducers() -> None:
+    rule = "spec: {policy: {rules: [{else: {then: {set_shared: {a: 1}}}}]}}"
+    p = find(
+        problems(steps(f"- step: start\n  tool: [{{name: t, kind: noop, {rule}}}]\n")),
+        "workflow[0].tool[0].spec.policy.rules[0].else.then.set_shared",
+    )
+    assert "reducers" in p.message and "until reducers exist" not in p.message

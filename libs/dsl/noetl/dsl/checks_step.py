@@ -74,7 +74,12 @@ def check_step(step: Any, path: Path, workbook: dict[str, Any], r: Report) -> St
         r.add((*path, "desc"), f"`desc` is a string, found {type_name(step['desc'])}")
     _check_step_spec(step.get("spec"), (*path, "spec"), r)
     parallel = _check_loop(step["loop"], (*path, "loop"), r) if "loop" in step else False
-    ctx = PipelineContext(workbook=workbook, parallel=parallel, reducers=_reducers(step.get("loop"), path, r))
+    ctx = PipelineContext(
+        workbook=workbook,
+        parallel=parallel,
+        reducers=_reducers(step.get("loop"), path, r),
+        in_loop="loop" in step,
+    )
     check_pipeline(task_entries(name, step.get("tool"), path), ctx, r)
     if step.get("next") is not None:
         info.arcs = _check_next(step["next"], (*path, "next"), r)
@@ -280,6 +285,12 @@ def _check_loop(loop: Any, path: Path, r: Report) -> bool:
         r.add((*path, "iterator"), f"`iterator` is a plain name such as `item`, found {describe(iterator)}")
     elif iterator == "index":
         r.add((*path, "iterator"), "`iterator` cannot be `index`: `iter.index` is the iteration number")
+    elif iterator == "parent":
+        r.add(
+            (*path, "iterator"),
+            "`iterator` cannot be `parent`: `iter.parent` is the calling loop iteration of a child playbook "
+            "(SEMANTICS §19), which this name would hide: choose another name",
+        )
     spec = loop.get("spec")
     if spec is None:
         return False
