@@ -71,7 +71,7 @@ def loops(draw: st.DrawFn) -> dict[str, Any]:
     mode = draw(st.sampled_from(["sequential", "parallel"]))
     parallel = mode == "parallel"
     failure = draw(st.sampled_from(["fail_fast", "best_effort"]))
-    items = draw(st.lists(st.integers(min_value=-3, max_value=9), min_size=0, max_size=6))
+    items = draw(st.lists(st.integers(min_value=-3, max_value=9), min_size=1, max_size=6))
     order_free = ["sum", "min", "max", "count"]
     reducers: dict[str, str] = {}
     if parallel or draw(st.booleans()):
@@ -105,6 +105,8 @@ def loops(draw: st.DrawFn) -> dict[str, Any]:
             else:
                 then = {"do": kind}
             rules.append({"when": when, "then": then})
+        if t == 0 and (bad := draw(st.one_of(st.none(), st.sampled_from(items or [0])))) is not None:
+            rules.insert(0, {"when": f"{{{{ iter.x == {bad} }}}}", "then": {"do": "fail"}})  # a failing item
         task: dict[str, Any] = {"name": f"t{t}", "kind": "noop", "result": result}
         if rules:
             task["spec"] = {"policy": {"rules": rules}}
@@ -116,6 +118,7 @@ def loops(draw: st.DrawFn) -> dict[str, Any]:
         "items": items,
         "reducers": reducers,
         "tasks": tasks,
+        "routed": draw(st.booleans()),  # arcs on the loop's outcome: the same routing either way
     }
 
 
@@ -139,14 +142,29 @@ workflow:
       iterator: x
       spec: {{{spec}}}
     tool:
-{tasks}"""
+{tasks}{ROUTES if loop["routed"] else ""}"""
+
+
+ROUTES = """    next:
+      arcs:
+        - {step: after_ok, when: "{{ event.status == 'success' }}", args: {result: "{{ event.result }}"}}
+        - {step: after_err, when: "{{ event.status == 'error' }}", args: {kind: "{{ event.error.kind }}"}}
+  - step: after_ok
+    tool: {kind: noop, result: "{{ args.result }}"}
+  - step: after_err
+    tool: {kind: noop, result: "{{ args.kind }}"}
+"""
 
 
 def _outcome(out: dict[str, Any], loop: dict[str, Any]) -> dict[str, Any]:
     kind = (out.get("error") or {}).get("kind")
-    if loop["mode"] == "parallel" and loop["failure"] == "fail_fast" and out["status"] != "success":
-        return {"status": out["status"], "error": kind}
-    return {"status": out["status"], "error": kind, "result": out.get("result"), "ctx": out.get("ctx")}
+    steps = {name: [r.get("status") for r in runs] for name, runs in (out.get("steps") or {}).items()}
+    seen: dict[str, Any] = {"status": out["status"], "error": kind, "steps": steps}
+    failed = (out.get("steps") or {}).get("start", [{}])[0].get("status") == "failed"
+    if loop["mode"] == "parallel" and loop["failure"] == "fail_fast" and failed:
+        # which in-flight iterations still ran after the failure is timing, under either placement
+        return {**seen, "result": out.get("result") if loop["routed"] else None}
+    return {**seen, "result": out.get("result"), "ctx": out.get("ctx")}
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
