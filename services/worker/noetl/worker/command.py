@@ -131,6 +131,11 @@ class CommandRun(_Command):
         if isinstance(ms, int | float):
             self.worker.task_durations.setdefault(status, Histogram()).observe(max(ms, 0) / 1000.0)
         outcome = dict(data)
+        meta = outcome.get("meta")
+        if isinstance(meta, dict) and meta.get("trace_id") == self.exec_id:
+            # as in the envelope: a trace that is the execution id is not written (trace_of(event)
+            # gives it back); the pipeline's rules saw it in outcome.meta all the same
+            outcome["meta"] = {k: v for k, v in meta.items() if k != "trace_id"}
         bus = self.worker.bus
         if "result" in outcome:
             outcome["result"] = await externalize(
@@ -183,7 +188,7 @@ class CommandRun(_Command):
                 "loop",
                 self.step.name,
                 "in_progress",
-                {"index": self.index, "worker": self.worker.worker_id},
+                {"index": self.index},  # the worker is named by the iteration's terminal event
                 derive_id(self.cid, "loop.iteration.started"),
             )
         pipe = Pipeline(
