@@ -164,7 +164,11 @@ def _outcome(out: dict[str, Any], loop: dict[str, Any]) -> dict[str, Any]:
     if loop["mode"] == "parallel" and loop["failure"] == "fail_fast" and failed:
         # which in-flight iterations still ran after the failure is timing, under either placement
         return {**seen, "result": out.get("result") if loop["routed"] else None}
-    return {**seen, "result": out.get("result"), "ctx": out.get("ctx")}
+    ends = ("loop.iteration.done", "loop.iteration.failed")
+    iterations = sorted(
+        (e["payload"]["index"], e["name"]) for e in out.get("events") or () if e["name"] in ends
+    )
+    return {**seen, "result": out.get("result"), "ctx": out.get("ctx"), "iterations": iterations}
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
