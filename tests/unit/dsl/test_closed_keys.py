@@ -123,6 +123,13 @@ GATE = "admission: {rules: [{when: '{{ false }}', then: {allow: true}}, {else: {
             ["always travels by reference", "max_payload_bytes"],
         ),
         (
+            steps(
+                "- step: start\n  tool: {kind: noop}\n  next: {spec: {policy: {}}, arcs: [{step: start}]}\n"
+            ),
+            "workflow[0].next.spec.policy",
+            ["reserved", "next.spec.mode"],
+        ),
+        (
             steps("- step: start\n  spec: {policy: {tracing: {}}}\n  tool: {kind: noop}\n"),
             "workflow[0].spec.policy.tracing",
             ["reserved", "not implemented"],

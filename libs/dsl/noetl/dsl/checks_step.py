@@ -346,7 +346,7 @@ def _check_next(nxt: Any, path: Path, r: Report) -> list[tuple[Path, str]]:
                     (*path, "spec", "mode"),
                     f"`next.spec.mode` is exclusive or inclusive, found {describe(spec['mode'])}",
                 )
-            check_closed(spec, (*path, "spec"), NEXT_SPEC_KEYS, "`next.spec`", r)
+            check_closed(spec, (*path, "spec"), NEXT_SPEC_KEYS, "`next.spec`", r, scope="next.spec")
     arcs = nxt.get("arcs")
     if "arcs" not in nxt:
         r.add(path, "`next` needs `arcs`: `next: {arcs: [{step: <name>}]}`")

@@ -56,6 +56,10 @@ PLACEHOLDERS: dict[str, dict[str, str]] = {
         "compensation": f"`compensation` is {RESERVED}; route a failure with an arc on "
         "`event.status == 'error'`",
     },
+    "next.spec": {
+        "policy": f"`next.spec.policy` is {RESERVED}; a router's only knob is `next.spec.mode`, and each "
+        "arc decides with its `when`",
+    },
     "loop.spec.policy": {
         "ordering": f"`ordering` is {RESERVED}; a loop's result is always in the order of `in`",
         "backpressure": f"`backpressure` is {RESERVED}; `max_in_flight` bounds the iterations at once",
