@@ -73,3 +73,24 @@ def test_a_pool_only_a_command_reveals_gets_a_worker_too(tmp_path: Path) -> None
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["result"] == "child"
     assert "pool 'edge' (a command was sent to it)" in p.stderr
+
+
+async def test_noetl_exec_names_the_pools_no_live_worker_serves(tmp_path: Path) -> None:
+    """Against a deployment, `noetl exec FILE` says at once which pool has no worker (from the
+    runtime registry that `noetl workers` reads) rather than letting the execution wait silently."""
+    from noetl.cli.pools import unserved_message, unserved_pools
+    from noetl.events.memory import MemoryBus
+    from noetl.events.runtime import RuntimeRegistrar
+
+    bus = MemoryBus()
+    registrar = RuntimeRegistrar(bus, "worker", lambda: {"pool": "default"}, id="w1")
+    await registrar.start()
+    try:
+        parent, catalog = _files(tmp_path, "tests/pools_child")
+        pools = playbook_pools(parse_playbook(parent.read_text(), str(parent)), str(catalog))
+        assert await unserved_pools(bus, pools) == ["edge", "gpu"]
+        message = unserved_message("gpu", pools["gpu"])
+        assert "pool 'gpu'" in message and "step start" in message and "noetl worker --pool gpu" in message
+    finally:
+        await registrar.stop()
+        await bus.close()

@@ -75,6 +75,23 @@ def playbook_pools(playbook: Playbook, catalog_dir: str | None = None) -> dict[s
     return pools
 
 
+async def unserved_pools(conn: Any, pools: dict[str, list[str]]) -> list[str]:
+    """The pools the playbook's steps name that no live worker of the deployment serves (the
+    runtime registry, ``noetl workers``): said at once by ``noetl exec``, since the execution
+    would wait there, without a word, until a worker for the pool starts."""
+    from noetl.events.runtime import list_runtime
+
+    live = {str(w.get("pool")) for w in await list_runtime(conn, "worker")}
+    return [pool for pool in sorted(pools) if pools[pool] and pool not in live]
+
+
+def unserved_message(pool: str, named: list[str]) -> str:
+    return (
+        f"noetl: no live worker serves pool {pool!r} ({', '.join(named[:3])}): the execution waits there "
+        f"until one does; start one with `noetl worker --pool {pool}` (`noetl workers` lists them)"
+    )
+
+
 class PoolWatch:
     """Starts a worker for a pool the moment a command is sent to one no worker serves: a child
     playbook ``noetl run`` could not see before the run names it. Commands wait in a work-queue
