@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -55,10 +56,44 @@ def sync_interval_setting(value: str | None) -> str | None:
     return value
 
 
+# ports this process handed out: the OS may give a just-closed ephemeral port again, so two
+# calls (a server's client port and its monitor port) could collide (`-p N -m N`, issue 27)
+_HANDED_OUT: dict[int, None] = {}
+_HANDED_OUT_KEEP = 4096
+_PORTS_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port no earlier call of this process returned."""
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports, distinct too from those handed out before: all are
+    bound at once, and one this process already handed out is skipped."""
+    with _PORTS_LOCK:
+        socks: list[socket.socket] = []
+        try:
+            out: list[int] = []
+            for _ in range(n + 64):
+                if len(out) == n:
+                    break
+                s = socket.socket()
+                socks.append(s)  # kept bound until all are chosen: none is handed out twice
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+                if port not in _HANDED_OUT and port not in out:
+                    out.append(port)
+            if len(out) < n:
+                raise OSError(f"no {n} free loopback ports found")
+            for port in out:
+                _HANDED_OUT[port] = None
+            while len(_HANDED_OUT) > _HANDED_OUT_KEEP:
+                del _HANDED_OUT[next(iter(_HANDED_OUT))]
+            return out
+        finally:
+            for s in socks:
+                s.close()
 
 
 class NatsServer:

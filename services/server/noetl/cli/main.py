@@ -284,12 +284,27 @@ async def _exec(args: argparse.Namespace) -> dict[str, Any]:
             req["version"] = args.version
     nc = await cli_connect(args.nats_url, "noetl-exec")
     try:
+        if args.file:  # a pool nobody serves would hold the execution without a word: say it now
+            await _warn_unserved_pools(nc, req["playbook"], args.file)
         if args.wait:  # live progress on a terminal; task output stays in `noetl logs` otherwise
             live = Progress(sys.stderr, live=True) if wanted(args.json) else None
             return await run_with_progress(nc, req, args.timeout, live)
         return {"execution_id": await submit(nc.jetstream(), req)}
     finally:
         await nc.close()
+
+
+async def _warn_unserved_pools(nc: Any, text: str, file: str) -> None:
+    from noetl.cli.pools import playbook_pools, unserved_message, unserved_pools
+    from noetl.dsl.cache import parse_playbook
+
+    try:
+        pools = playbook_pools(parse_playbook(text, file))
+        missing = await unserved_pools(nc, pools)
+    except Exception:  # an invalid playbook is refused by the server, with its lines
+        return
+    for pool in missing:
+        print(unserved_message(pool, pools[pool]), file=sys.stderr)
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
