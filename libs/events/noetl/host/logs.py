@@ -11,7 +11,6 @@ worker resolves is registered here and replaced by ``***`` in every rendered lin
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any
@@ -69,8 +68,10 @@ class _MaskingRenderer:
 
 
 def configure(level: str | None = None, fmt: str | None = None) -> None:
-    level = (level or os.environ.get("NOETL_LOG_LEVEL") or "INFO").upper()
-    fmt = fmt or os.environ.get("NOETL_LOG_FORMAT") or ("console" if sys.stderr.isatty() else "json")
+    from noetl.events.settings import setting
+
+    level = (level or setting("log_level") or "INFO").upper()
+    fmt = fmt or setting("log_format") or ("console" if sys.stderr.isatty() else "json")
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if fmt == "json"

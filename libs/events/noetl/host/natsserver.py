@@ -114,7 +114,7 @@ class NatsServer:
         self.extra_args = list(extra_args or [])
         self.binary = binary
         self.sync_interval = sync_interval_setting(
-            sync_interval if sync_interval is not None else os.environ.get(SYNC_INTERVAL_ENV)
+            sync_interval if sync_interval is not None else _sync_interval_env()
         )
         self._config: str | None = None
         self._own_dir = store_dir is None
@@ -190,6 +190,13 @@ class NatsServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _sync_interval_env() -> str | None:
+    from noetl.events.settings import setting
+
+    value: str | None = setting("nats_sync_interval")
+    return value
 
 
 def env_nats_url(default: str | None = None) -> str | None:

@@ -32,10 +32,11 @@ def _payload(text: str | None) -> dict[str, Any]:
 
 def _setup_logging(verbose: bool, command: str = "") -> None:
     """Long-running services log at INFO; one-shot commands only warn (their output is the result)."""
+    from noetl.events.settings import setting
     from noetl.host.logs import configure
 
     default = "DEBUG" if verbose else ("INFO" if command in ("server", "worker") else "WARNING")
-    configure(os.environ.get("NOETL_LOG_LEVEL", default))
+    configure(setting("log_level") or default)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -86,10 +87,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                 )
             )
         return 2
-    from noetl.host.natsserver import SYNC_INTERVAL_ENV, sync_interval_setting
+    from noetl.host.natsserver import sync_interval_setting
 
     try:  # the embedded nats-server's fsync interval (docs/guarantees.md)
-        sync_interval_setting(os.environ.get(SYNC_INTERVAL_ENV))
+        from noetl.events.settings import setting
+
+        sync_interval_setting(setting("nats_sync_interval"))
     except ValueError as e:
         print(f"noetl run: {e}", file=sys.stderr)
         return 2
@@ -155,26 +158,26 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
     svc: Any = None
     ops: Any = None
     listener: Any = None
+    ops_http: Any = None
+    from noetl.events.settings import setting
 
     async def start() -> None:
         """The HTTP port first (the server's probes say what is wrong while NATS is not
         reached), then NATS, waited for as long as it takes and logged while it fails, then the
         check that this nats-server can run NoETL, then the service."""
-        nonlocal nc, svc, ops, listener
+        nonlocal nc, svc, ops, listener, ops_http
         from noetl.events.bus import connect
         from noetl.events.connection import ConnectionState, check_server, redact_urls
 
         where = redact_urls(args.nats_url)
         state = ConnectionState(where)
-        http_port = getattr(args, "http_port", -1)
+        http_port = args.http_port
         if role == "server" and http_port >= 0:
             from noetl.server.api.listener import HttpListener
-            from noetl.server.api.server import INSECURE_ENV, TOKEN_ENV, check_exposure
+            from noetl.server.api.server import TOKEN_ENV, check_exposure
 
-            host = getattr(args, "http_host", "127.0.0.1")
-            insecure = bool(getattr(args, "insecure", False)) or os.environ.get(
-                INSECURE_ENV, ""
-            ).strip().lower() in ("1", "true", "yes")
+            host = args.http_host
+            insecure = bool(getattr(args, "insecure", False)) or bool(setting("api_insecure"))
             check_exposure(host, os.environ.get(TOKEN_ENV) or None, insecure)
             listener = HttpListener(host, http_port, state)
             await listener.start()
@@ -182,6 +185,12 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
                 f"noetl {role}: /health and /ready on {listener.url} (the API follows once NATS is reached)",
                 file=sys.stderr,
             )
+        if role == "worker" and http_port >= 0:  # probes before NATS, as the server's
+            from noetl.worker.http import WorkerHttp
+
+            ops_http = WorkerHttp(None, state, host=args.http_host, port=http_port, pool=args.pool)
+            await ops_http.start()
+            print(f"noetl worker: /health, /ready and /metrics on {ops_http.url}", file=sys.stderr)
         nc = await connect(args.nats_url, name=f"noetl-{role}", state=state)
         await check_server(nc, role)
         if role == "server":
@@ -193,14 +202,16 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
 
             svc = Worker(nc, pool=args.pool, concurrency=args.concurrency, replicas=args.replicas)
         await svc.start()
+        if ops_http is not None:
+            ops_http.attach(svc)
         from noetl.server.api.launch import start_operations
 
         ops = await start_operations(
             nc,
             role,
             svc,
-            http_host=getattr(args, "http_host", "127.0.0.1"),
-            http_port=http_port,
+            http_host=args.http_host,
+            http_port=http_port if role == "server" else -1,
             insecure=True if getattr(args, "insecure", False) else None,
             listener=listener,
         )
@@ -223,6 +234,8 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
         stopping.cancel()
         if ops is not None:
             await ops.stop()
+        if ops_http is not None:
+            await ops_http.stop()
         if listener is not None:
             await listener.stop()
         if svc is not None:
@@ -236,9 +249,20 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
 
 
 def _run_service(args: argparse.Namespace, role: str) -> int:
+    """Every setting is checked before anything starts: a service with one bad value (anywhere
+    in its environment or file) refuses to start with one line naming it, rather than failing
+    later, when the code that reads it first runs."""
     from noetl.dsl.errors import DeploymentError
+    from noetl.events.settings import setting, settings
 
     try:
+        settings()
+        port_setting = "http_port" if role == "server" else "worker_http_port"
+        args.http_port = setting(port_setting, args.http_port)
+        args.http_host = setting("http_host", getattr(args, "http_host", None))
+        if role == "server":
+            args.partitions = setting("partitions", args.partitions)
+        args.replicas = setting("replicas", args.replicas)
         asyncio.run(_serve(args, role))
     except DeploymentError as e:
         print(f"noetl {role}: {e.message}", file=sys.stderr)
@@ -254,12 +278,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return _run_service(args, "worker")
 
 
+def _default(name: str) -> Any:
+    """A flag's default from the settings, or None while the setting is bad: the command that
+    uses it reads it again and refuses it then (``noetl validate`` never needs NOETL_HTTP_PORT)."""
+    from noetl.events.settings import SettingsError, setting
+
+    try:
+        return setting(name)
+    except SettingsError:
+        return None
+
+
 def _add_replicas(p: argparse.ArgumentParser) -> None:
-    env = os.environ.get("NOETL_REPLICAS")
     p.add_argument(
         "--replicas",
         type=int,
-        default=int(env) if env and env.strip().isdigit() else None,
+        default=_default("replicas"),
         help="copies of every stream, KV bucket and object store (NOETL_REPLICAS): the JetStream "
         "cluster's size, e.g. 3; existing ones are changed to it. Unset: created with 1, left as they are",
     )
@@ -373,10 +407,24 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="noetl", description="NoETL playbooks on NATS JetStream")
+    from noetl.events.settings import CONFIG_ENV, help_text
+
+    ap = argparse.ArgumentParser(
+        prog="noetl",
+        description="NoETL playbooks on NATS JetStream",
+        epilog=help_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+    ap.add_argument("--version", action="version", version=f"noetl {version()}")
+    ap.add_argument(
+        "--config",
+        metavar="FILE",
+        default=os.environ.get(CONFIG_ENV) or None,
+        help=f"a YAML or JSON file of settings ({CONFIG_ENV}); the environment and flags win over it",
+    )
     sub = ap.add_subparsers(dest="command", required=True)
-    nats_url = os.environ.get("NOETL_NATS_URL", "nats://127.0.0.1:4222")
+    nats_url = _default("nats_url") or "nats://127.0.0.1:4222"
 
     p = sub.add_parser("run", help="run a playbook on an embedded NATS server")
     p.add_argument("file")
@@ -406,11 +454,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("server", help="run the control plane")
     p.add_argument("--nats-url", default=nats_url, help="NATS URL, or a comma-separated list of a cluster's")
-    partitions = os.environ.get("NOETL_PARTITIONS")
     p.add_argument(
         "--partitions",
         type=int,
-        default=int(partitions) if partitions and partitions.strip().isdigit() else None,
+        default=None,
         help="partitions of the event log, split between server replicas (NOETL_PARTITIONS); fixed "
         "when the log is first used (default 8), later only that count is accepted",
     )
@@ -418,14 +465,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--http-port",
         type=int,
-        default=int(os.environ.get("NOETL_HTTP_PORT", "8080")),
-        help="HTTP API port; 0 picks a free one (logged), -1 turns the API off",
+        default=None,
+        help="HTTP API port (NOETL_HTTP_PORT, default 8080); 0 picks a free one (logged), -1: no API",
     )
-    p.add_argument(
-        "--http-host",
-        default=os.environ.get("NOETL_HTTP_HOST", "127.0.0.1"),
-        help="HTTP API address (NOETL_HTTP_HOST)",
-    )
+    p.add_argument("--http-host", default=None, help="HTTP API address (NOETL_HTTP_HOST, default 127.0.0.1)")
     p.add_argument(
         "--insecure",
         action="store_true",
@@ -440,6 +483,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--pool", default="default", help="the pool whose commands it runs (noetl.commands.<pool>)"
     )
     p.add_argument("--concurrency", type=int, default=16, help="commands run at once")
+    p.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        help="port of /health, /ready and /metrics (NOETL_WORKER_HTTP_PORT); 0 picks a free one, "
+        "-1 (the default) serves none",
+    )
+    p.add_argument("--http-host", default=None, help="their address (NOETL_HTTP_HOST, default 127.0.0.1)")
     p.set_defaults(fn=cmd_worker)
 
     p = sub.add_parser("exec", help="publish an execution request")
@@ -493,10 +544,29 @@ def _verbose_anywhere(parser: argparse.ArgumentParser) -> None:
                 _verbose_anywhere(sub)
 
 
+def version() -> str:
+    """The installed distribution's version (the wheel's metadata), else the source tree's."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("noetl-jetstream")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
+    from noetl.events.settings import CONFIG_ENV, SettingsError
+
     args = build_parser().parse_args(argv)
-    _setup_logging(args.verbose, args.command)
-    return int(args.fn(args) or 0)
+    if args.config:  # the file is a source of every setting read from here on
+        os.environ[CONFIG_ENV] = args.config
+    try:
+        _setup_logging(args.verbose, args.command)
+        return int(args.fn(args) or 0)
+    except SettingsError as e:
+        print(f"noetl {args.command}: {e.message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from noetl.client.activity import loop_counters, task_outputs
-from noetl.client.stalls import DEFAULT_STALL_AFTER_S, assess
+from noetl.client.stalls import assess
 from noetl.client.view import execution_output, waiting_for
 from noetl.dsl.errors import brief
 from noetl.events import subjects as s
@@ -190,10 +189,9 @@ async def execution_logs(
 def stall_after() -> float:
     """``NOETL_STALL_AFTER_S``: seconds without an event before a running execution that waits for
     nothing declared is reported as stalled."""
-    try:
-        return float(os.environ.get("NOETL_STALL_AFTER_S", DEFAULT_STALL_AFTER_S))
-    except ValueError:
-        return DEFAULT_STALL_AFTER_S
+    from noetl.events.settings import setting
+
+    return float(setting("stall_after_s"))
 
 
 async def _live(bus: Any) -> tuple[set[str] | None, set[str] | None]:
