@@ -125,7 +125,7 @@ class Settings(BaseSettings):
     nats_tls_key: OptionalStr = Field(None, description="the client certificate's key")
     nats_sync_interval: OptionalStr = Field(
         None,
-        description="the embedded nats-server's fsync interval: `always` or a duration (`2m`); unset: nats-server's default",
+        description="JetStream's fsync interval of a nats-server NoETL starts itself: `always` (fsync before every ack) or a duration (`2m`); unset: nats-server's default ([cost](guarantees.md#fsync-sync_interval)); a NATS you run takes `jetstream { sync_interval: always }`",
     )
     # streams
     replicas: OptionalInt = Field(
@@ -200,7 +200,8 @@ class Settings(BaseSettings):
         None, description="log level (default: INFO for server and worker, WARNING for one-shot commands)"
     )
     log_format: LogFormat = Field(
-        None, description="`json` (JSON lines, the default when stderr is not a terminal) or `console` (also `text`)"
+        None,
+        description="`json` (JSON lines, the default when stderr is not a terminal) or `console` (also `text`)",
     )
     config: OptionalStr = Field(
         None,
@@ -285,6 +286,28 @@ def settings(**overrides: Any) -> Settings:
 
 _ADAPTERS: dict[str, TypeAdapter[Any]] = {}
 
+# the processes that read each setting (the table's third column; unlisted: every process)
+USED_BY = {
+    "nats_sync_interval": "`noetl run`, bench, the tests' nats-servers",
+    "replicas": "server, worker, commands that declare streams",
+    "partitions": "server",
+    "events_max_age": "whoever creates `NOETL_EVENTS`",
+    "events_max_bytes": "whoever creates `NOETL_EVENTS`",
+    "http_port": "server",
+    "http_host": "server, worker",
+    "lease_ttl": "server",
+    "stall_after_s": "server (API, console, metrics)",
+    "api_token": "server",
+    "api_admin_token": "server",
+    "api_insecure": "server",
+    "worker_http_port": "worker",
+    "ack_wait": "worker",
+    "max_deliver": "worker",
+    "allow_script": "worker",
+    "credentials_key": "worker, server API, `noetl credentials`",
+    "credentials_key_file": "worker, server API, `noetl credentials`",
+}
+
 
 def setting(name: str, override: Any = None) -> Any:
     """One setting, validated alone: ``override`` (a flag given), else ``NOETL_<NAME>``, else the
@@ -303,6 +326,10 @@ def setting(name: str, override: Any = None) -> Any:
             if name not in from_file:
                 return info.default
             raw, where = from_file[name], f"{where} (in {os.environ.get(CONFIG_ENV)})"
+    suffix = ""
+    if where.endswith(")"):
+        where, suffix = where.split(" (", 1)
+        suffix = f" ({suffix}"
     adapter = _ADAPTERS.get(name)
     if adapter is None:
         kind: Any = info.annotation
@@ -315,7 +342,7 @@ def setting(name: str, override: Any = None) -> Any:
         err = e.errors()[0]
         secret = "SecretStr" in str(info.annotation)
         shown = "" if secret else f"={raw!r}"
-        raise SettingsError(f"{where}{shown}: {_message(err)}") from None
+        raise SettingsError(f"{where}{shown}{suffix}: {_message(err)}") from None
 
 
 def _message(err: Any) -> str:
@@ -330,7 +357,7 @@ def _message(err: Any) -> str:
 
 def markdown_table() -> str:
     """The table of docs/operations.md: variable, default, meaning."""
-    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    rows = ["| variable | default | used by | meaning |", "|---|---|---|---|"]
     for name, info in Settings.model_fields.items():
         default = info.default
         if default is None:
@@ -342,7 +369,7 @@ def markdown_table() -> str:
         else:
             shown = str(default).lower() if isinstance(default, bool) else str(default)
         desc = (info.description or "").replace("|", "\\|")
-        rows.append(f"| `{variable(name)}` | `{shown}` | {desc} |")
+        rows.append(f"| `{variable(name)}` | `{shown}` | {USED_BY.get(name, 'all')} | {desc} |")
     return "\n".join(rows) + "\n"
 
 
@@ -364,3 +391,23 @@ def help_text() -> str:
 
 
 _DURATIONS = ("events_max_age", "lease_ttl", "stall_after_s", "ack_wait")
+
+
+def write_table(path: str) -> bool:
+    """Put ``markdown_table()`` between the markers of ``path``; True when it changed."""
+    begin, end = "<!-- settings:begin -->\n", "<!-- settings:end -->"
+    doc = Path(path).read_text()
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    new = f"{head}{begin}{markdown_table()}{end}{tail}"
+    Path(path).write_text(new)
+    return new != doc
+
+
+if __name__ == "__main__":  # python -m noetl.events.settings --write docs/operations.md
+    import sys
+
+    if sys.argv[1:2] == ["--write"]:
+        print("updated" if write_table(sys.argv[2]) else "unchanged")
+    else:
+        print(markdown_table(), end="")
