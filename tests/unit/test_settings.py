@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -110,6 +111,7 @@ def test_a_bad_port_does_not_break_validate_but_stops_the_server(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("NOETL_HTTP_PORT", "abc")
+    monkeypatch.setenv("NOETL_LOG_FORMAT", "console")
     f = tmp_path / "p.yaml"
     f.write_text(PLAYBOOK)
     assert main(["validate", str(f)]) == 0
@@ -121,6 +123,14 @@ def test_a_bad_port_does_not_break_validate_but_stops_the_server(
     monkeypatch.setenv("NOETL_LEASE_TTL", "-1")
     assert main(["server", "--http-port", "-1"]) == 2
     assert "NOETL_LEASE_TTL='-1'" in capsys.readouterr().err
+    # with JSON logs (the default off a terminal) the refusal is a JSON line too
+    monkeypatch.setenv("NOETL_LOG_FORMAT", "json")
+    monkeypatch.delenv("NOETL_LEASE_TTL")
+    monkeypatch.setenv("NOETL_WORKER_HTTP_PORT", "x1")
+    assert main(["worker"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    record = json.loads(line)
+    assert record["level"] == "error" and record["event"] == "NOETL_WORKER_HTTP_PORT='x1': not a whole number"
 
 
 def test_a_settings_file_is_weaker_than_the_environment(

@@ -67,11 +67,22 @@ class _MaskingRenderer:
         return mask(line) if _masker else line
 
 
+def log_format() -> str:
+    """``json`` or ``console``: ``NOETL_LOG_FORMAT``, else JSON unless stderr is a terminal."""
+    from noetl.events.settings import SettingsError, setting
+
+    try:
+        fmt: str | None = setting("log_format")
+    except SettingsError:
+        fmt = None
+    return fmt or ("console" if sys.stderr.isatty() else "json")
+
+
 def configure(level: str | None = None, fmt: str | None = None) -> None:
     from noetl.events.settings import setting
 
     level = (level or setting("log_level") or "INFO").upper()
-    fmt = fmt or setting("log_format") or ("console" if sys.stderr.isatty() else "json")
+    fmt = fmt or setting("log_format") or log_format()
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if fmt == "json"

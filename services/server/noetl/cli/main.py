@@ -18,6 +18,34 @@ from pathlib import Path
 from typing import Any
 
 
+def _say(role: str, message: str, level: int = 20, **fields: Any) -> None:
+    """A service's own line on stderr: a log record when logs are JSON lines (a collector then
+    reads one format only: no plain text mixed in), the plain ``noetl ROLE: ...`` line on a
+    terminal. ``fields`` (a URL) become keys of the JSON line."""
+    import logging
+
+    from noetl.host.logs import log_format
+
+    if log_format() == "json":
+        logging.getLogger(f"noetl.{role}").log(level, message, extra=fields)
+    else:
+        print(f"noetl {role}: {message}", file=sys.stderr)
+
+
+def _refuse(command: str, message: str) -> None:
+    """A refusal before logging is set up: a JSON line for the services when logs are JSON."""
+    from noetl.host.logs import log_format
+
+    if command in ("server", "worker") and log_format() == "json":
+        from datetime import UTC, datetime
+
+        line = {"event": message, "level": "error", "logger": f"noetl.{command}"}
+        line["timestamp"] = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        print(json.dumps(line), file=sys.stderr)
+    else:
+        print(f"noetl {command}: {message}", file=sys.stderr)
+
+
 def _payload(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
@@ -181,16 +209,17 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
             check_exposure(host, os.environ.get(TOKEN_ENV) or None, insecure)
             listener = HttpListener(host, http_port, state)
             await listener.start()
-            print(
-                f"noetl {role}: /health and /ready on {listener.url} (the API follows once NATS is reached)",
-                file=sys.stderr,
+            _say(
+                role,
+                f"/health and /ready on {listener.url} (the API follows once NATS is reached)",
+                url=listener.url,
             )
         if role == "worker" and http_port >= 0:  # probes before NATS, as the server's
             from noetl.worker.http import WorkerHttp
 
             ops_http = WorkerHttp(None, state, host=args.http_host, port=http_port, pool=args.pool)
             await ops_http.start()
-            print(f"noetl worker: /health, /ready and /metrics on {ops_http.url}", file=sys.stderr)
+            _say(role, f"/health, /ready and /metrics on {ops_http.url}", url=ops_http.url)
         nc = await connect(args.nats_url, name=f"noetl-{role}", state=state)
         await check_server(nc, role)
         if role == "server":
@@ -215,9 +244,9 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
             insecure=True if getattr(args, "insecure", False) else None,
             listener=listener,
         )
-        print(f"noetl {role} running against {where}", file=sys.stderr)
+        _say(role, f"running against {where}", nats=where)
         if ops.api is not None:
-            print(f"noetl {role}: HTTP API on {ops.api.url}", file=sys.stderr)
+            _say(role, f"HTTP API on {ops.api.url}", url=ops.api.url)
 
     starting = asyncio.create_task(start())
     stopping = asyncio.create_task(stop.wait())
@@ -265,7 +294,7 @@ def _run_service(args: argparse.Namespace, role: str) -> int:
         args.replicas = setting("replicas", args.replicas)
         asyncio.run(_serve(args, role))
     except DeploymentError as e:
-        print(f"noetl {role}: {e.message}", file=sys.stderr)
+        _refuse(role, e.message)
         return 2
     return 0
 
@@ -565,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
         _setup_logging(args.verbose, args.command)
         return int(args.fn(args) or 0)
     except SettingsError as e:
-        print(f"noetl {args.command}: {e.message}", file=sys.stderr)
+        _refuse(args.command, e.message)
         return 2
 
 
