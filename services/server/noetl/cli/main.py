@@ -248,6 +248,9 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
         if ops.api is not None:
             _say(role, f"HTTP API on {ops.api.url}", url=ops.api.url)
 
+    from noetl.events import tracing
+
+    tracing.configure_from_env(f"noetl-{role}")  # OTEL_EXPORTER_OTLP_ENDPOINT: spans over OTLP
     starting = asyncio.create_task(start())
     stopping = asyncio.create_task(stop.wait())
     try:
@@ -275,6 +278,7 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
                 await asyncio.wait_for(nc.drain(), timeout=10)
             except Exception:  # a subscription stopped mid-fetch can hold drain forever: exit anyway
                 await nc.close()
+        tracing.shutdown()  # the last spans are flushed
 
 
 def _run_service(args: argparse.Namespace, role: str) -> int:

@@ -8,6 +8,7 @@ the playbook text, the payload and the list of keychain entries that did not res
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from noetl.dsl.cache import digest_of, parse_playbook
@@ -27,6 +28,7 @@ from noetl.dsl.names import (
 )
 from noetl.engine.endings import ending
 from noetl.events import subjects as s
+from noetl.events import tracing
 from noetl.events import vocabulary as vocab
 from noetl.events.clock import utc_now
 from noetl.events.envelope import (
@@ -73,6 +75,7 @@ class RequestHandler:
 
     async def handle(self, data: bytes, msg_id: str | None = None) -> dict[str, Any]:
         """Validate and record one request. Returns ``{execution_id}`` or ``{error, problems}``."""
+        began = time.time_ns() if tracing.enabled() else 0
         try:
             req = self._parse(data)
         except RequestInvalidError as e:
@@ -164,6 +167,17 @@ class RequestHandler:
             return {"execution_id": execution_id, "error": invalid.to_dict()}
         subject = s.event_subject(partition, execution_id, event["name"])
         await store_all(self.bus, [(subject, data, event["event_id"])])
+        if began:
+            trace = str(event.get("trace_id") or execution_id)
+            tracing.record(
+                "request",
+                trace,
+                span_id=tracing.span_int(trace, "request", execution_id),
+                parent=tracing.root_span(trace, execution_id),
+                start=began,
+                end=time.time_ns(),
+                attributes={"execution_id": execution_id, "request_id": request_id, "path": origin or ""},
+            )
         return {"execution_id": execution_id}
 
     async def _already_requested(self, execution_id: str) -> bool:

@@ -35,7 +35,7 @@ from noetl.dsl.errors import (
 from noetl.dsl.model import Playbook
 from noetl.dsl.names import pool_problem
 from noetl.events import subjects as s
-from noetl.events import supervise
+from noetl.events import supervise, tracing
 from noetl.events import vocabulary as vocab
 from noetl.events.clock import utc_now
 from noetl.events.envelope import (
@@ -431,7 +431,25 @@ class Worker:
     async def _run_command(self, cmd: Command, msg: Any) -> None:
         # each command runs in a task of its own, so these bindings end with it
         logs.bind(execution_id=cmd.get("execution_id"), step=cmd.get("step"), index=cmd.get("index"))
-        await self._run_bound(cmd, msg)
+        if tracing.enabled():  # off: this check only
+            trace = str(cmd.get("trace_id") or cmd["execution_id"])
+            with tracing.span(
+                f"command {cmd['step']}",
+                trace,
+                parent=str(cmd.get("traceparent") or "") or tracing.root_span(trace, cmd["execution_id"]),
+                span_id=tracing.span_int(trace, "command", cmd["command_id"], msg.delivered),
+                attributes={
+                    "execution_id": cmd["execution_id"],
+                    "command_id": cmd["command_id"],
+                    "step": cmd["step"],
+                    "pool": self.pool,
+                    "delivered": msg.delivered,
+                    "worker": self.worker_id,
+                },
+            ):
+                await self._run_bound(cmd, msg)
+        else:
+            await self._run_bound(cmd, msg)
         log.debug("command done")
 
     async def _run_bound(self, cmd: Command, msg: Any) -> None:
