@@ -132,6 +132,7 @@ class RequestHandler:
                 "request_id": request_id,
                 **({"schedule": req["schedule"]} if req.get("schedule") else {}),
                 **({"parent_iter": req["parent_iter"]} if req.get("parent_iter") is not None else {}),
+                **({"fork": req["fork"]} if req.get("fork") is not None else {}),
             },
             parent_execution_id=req.get("parent_execution_id"),
             trace_id=req.get("trace_id") or execution_id,
@@ -294,6 +295,7 @@ class RequestHandler:
             "parent_iter",
             "trace_id",
             "schedule",
+            "fork",
         }
         if unknown:
             raise RequestInvalidError(f"unknown request fields: {', '.join(sorted(unknown))}")
@@ -305,6 +307,17 @@ class RequestHandler:
             raise RequestInvalidError(
                 "request `parent_iter` must be a JSON object: the calling loop iteration's `iter` "
                 "(the `playbook` tool sets it; leave it out otherwise)"
+            )
+        fork = req.get("fork")
+        if fork is not None and (
+            not isinstance(fork, dict)
+            or execution_id_problem(fork.get("from_execution_id"))
+            or not isinstance(fork.get("runs"), list)
+        ):
+            # written by a rerun (noetl.server.rerun), never by hand
+            raise RequestInvalidError(
+                "request `fork` must be {from_execution_id, runs, ctx} as `noetl rerun` writes it: "
+                "use noetl rerun ID or POST /api/executions/{id}/rerun"
             )
         for key, problem in (
             ("request_id", request_id_problem),

@@ -203,6 +203,73 @@ async def cancel_execution(request: Request) -> Response:
     return JSONResponse(out, status_code=202)
 
 
+async def rerun_execution(request: Request) -> Response:
+    """
+    ---
+    summary: Rerun an execution from a step (a fork of its log)
+    description: A new execution linked to this one (its execution.forked event) that takes the
+      original's ctx and step results up to the chosen step and continues from there, with the
+      payload merged over the original's and optionally another playbook. Without `from` it
+      continues from the steps that failed. The answer says what is kept and what is not;
+      `dry_run` answers that without starting anything.
+    requestBody:
+      content:
+        application/json:
+          schema:
+            type: object
+            properties:
+              from: {type: string, description: the step to continue from}
+              payload: {type: object, description: merged over the original request's payload}
+              playbook: {type: string, description: a new playbook's YAML text}
+              version: {type: string, description: another catalog version of the original's path}
+              request_id: {type: string}
+              dry_run: {type: boolean}
+    responses:
+      202: {description: "{execution_id, from_execution_id, from_steps, kept, not_kept}"}
+      200: {description: "dry_run: the same without execution_id"}
+      400: {description: "request invalid: {error}"}
+      404: {description: no such execution}
+      409: {description: "rerun_refused: {error} saying why and what to do"}
+    """
+    from noetl.server.rerun import prepare_rerun
+
+    eid, bad = _id_or_error(request)
+    if bad:
+        return bad
+    try:
+        body = await json_body(request)
+    except ValueError as e:
+        return body_error(e)
+    body = body if isinstance(body, dict) else {}
+    payload, playbook, version = body.get("payload"), body.get("playbook"), body.get("version")
+    if payload is not None and not isinstance(payload, dict):
+        return error(400, RequestInvalidError, "`payload` must be a JSON object (merged over the original's)")
+    if playbook is not None and not isinstance(playbook, str):
+        return error(400, RequestInvalidError, "`playbook` must be the playbook's YAML text")
+    if playbook is not None and version is not None:
+        return error(400, RequestInvalidError, "give `playbook` or `version`, not both")
+    ctx = ctx_of(request)
+    got = await prepare_rerun(
+        ctx.bus,
+        ctx.catalog,
+        eid,
+        from_step=str(body["from"]) if body.get("from") else None,
+        payload=payload,
+        playbook=playbook,
+        version=str(version) if version is not None else None,
+        request_id=str(body["request_id"]) if body.get("request_id") else None,
+    )
+    if isinstance(got, dict):
+        return JSONResponse(got, status_code=404 if got["error"]["kind"] == "not_found" else 409)
+    out = got.to_dict()
+    if body.get("dry_run"):
+        return JSONResponse(out)
+    reply = await ctx.requests.handle(json.dumps(got.request).encode(), got.request["request_id"])
+    if reply.get("error"):
+        return JSONResponse({**out, **reply}, status_code=request_status_code(reply))
+    return JSONResponse({**out, **reply}, status_code=202)
+
+
 routes = [
     Route("/api/executions", create_execution, methods=["POST"]),
     Route("/api/executions", get_executions, methods=["GET"]),
@@ -210,4 +277,5 @@ routes = [
     Route("/api/executions/{execution_id}/events", get_execution_events, methods=["GET"]),
     Route("/api/executions/{execution_id}/logs", get_execution_logs, methods=["GET"]),
     Route("/api/executions/{execution_id}/cancel", cancel_execution, methods=["POST"]),
+    Route("/api/executions/{execution_id}/rerun", rerun_execution, methods=["POST"]),
 ]
