@@ -16,7 +16,8 @@ from noetl.client.run import run_and_wait, wait_finished
 from noetl.client.view import execution_output
 from noetl.events.bus import read_execution_events
 from noetl.events.nats_port import as_bus
-from noetl.server.rerun import prepare_rerun, reruns_of
+from noetl.server.lineage import reruns_of
+from noetl.server.rerun import prepare_rerun
 from noetl.store.catalog import Catalog
 
 FLAKY = """

@@ -18,10 +18,7 @@ from noetl.dsl.cache import digest_of
 from noetl.dsl.errors import NoSuchEntityError, RerunRefusedError, reply_error
 from noetl.dsl.specmerge import deep_merge
 from noetl.engine.fork import ForkPlan, plan_fork
-from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events
-from noetl.events.envelope import loads
-from noetl.events.nats_port import as_bus
 
 
 @dataclass
@@ -118,22 +115,3 @@ async def prepare_rerun(
         return reply_error(RerunRefusedError(plan.problem))
     request["fork"] = plan.fork_payload()
     return Rerun(plan, request)
-
-
-async def reruns_of(conn: Any, execution_id: str) -> list[dict[str, Any]]:
-    """The executions forked from ``execution_id`` (their ``execution.forked`` events), oldest
-    first: the console's links from an original to its reruns."""
-    bus = as_bus(conn)
-    out = []
-    for m in await bus.read(s.EVENTS_STREAM, [s.events_named("execution.forked")]):
-        ev = loads(m.data)
-        p = ev.get("payload") or {}
-        if p.get("from_execution_id") == execution_id:
-            out.append(
-                {
-                    "execution_id": ev.get("execution_id"),
-                    "from_steps": p.get("from_steps") or [],
-                    "timestamp": ev.get("timestamp"),
-                }
-            )
-    return out

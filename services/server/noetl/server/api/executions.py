@@ -270,6 +270,76 @@ async def rerun_execution(request: Request) -> Response:
     return JSONResponse({**out, **reply}, status_code=202)
 
 
+async def get_execution_iterations(request: Request) -> Response:
+    """
+    ---
+    summary: One page of a loop step's iterations
+    description: Index, status (done, failed, stopped, running), attempts, task runs, duration
+      and error of each iteration of a loop step run, in index order, with the counts per status.
+      Without `run` the step's last run is shown.
+    parameters:
+      - {name: step, in: query, required: true, schema: {type: string}}
+      - {name: run, in: query, description: a step_run_id of the step, schema: {type: string}}
+      - {name: status, in: query, schema: {type: string, enum: [done, failed, stopped, running]}}
+      - {name: offset, in: query, schema: {type: integer, default: 0}}
+      - {name: limit, in: query, schema: {type: integer, default: 50, maximum: 1000}}
+    responses:
+      200: {description: "{step, step_run_id, total, counts, matching, offset, limit, next_offset,
+        iterations: [{index, status, attempts, tasks, started, ended, duration_ms, error, worker}]}"}
+      400: {description: bad query}
+      404: {description: no such execution, or no loop run of that step}
+    """
+    from noetl.client.iterations import STATUSES, iteration_page, loop_runs
+
+    eid, bad = _id_or_error(request)
+    if bad:
+        return bad
+    q = request.query_params
+    step, status = q.get("step") or "", q.get("status") or None
+    if not step:
+        return error(400, RequestInvalidError, "give ?step=NAME: the loop step whose iterations to list")
+    if status is not None and status not in STATUSES:
+        return error(400, RequestInvalidError, f"status is one of {', '.join(STATUSES)}")
+    try:
+        offset, limit = int(q.get("offset", "0")), int(q.get("limit", "50"))
+    except ValueError:
+        return error(400, RequestInvalidError, "offset and limit must be integers")
+    events = [ev async for ev in follow_events(ctx_of(request).bus, eid, follow=False) if ev is not None]
+    if not events:
+        return error(404, NoSuchEntityError, f"no execution {eid}")
+    runs = [r for r in loop_runs(events).values() if r["step"] == step]
+    if q.get("run"):
+        runs = [r for r in runs if r["step_run_id"] == q["run"]]
+    if not runs:
+        return error(
+            404, NoSuchEntityError, f"step {step!r} has no loop run in execution {eid}: check the step's name"
+        )
+    out = iteration_page(runs[-1], status=status, offset=offset, limit=limit)
+    return JSONResponse({"execution_id": eid, **out})
+
+
+async def get_execution_lineage(request: Request) -> Response:
+    """
+    ---
+    summary: Parent, children, and reruns of an execution
+    description: The parent that started it (kind playbook), the executions it started, the
+      execution it was forked from by a rerun (with what was kept and what not) and its reruns.
+    responses:
+      200: {description: "{execution_id, parent_execution_id, forked_from, children, reruns}"}
+      404: {description: no event of this execution}
+    """
+    from noetl.server.lineage import lineage
+
+    eid, bad = _id_or_error(request)
+    if bad:
+        return bad
+    bus = ctx_of(request).bus
+    events = [ev async for ev in follow_events(bus, eid, follow=False) if ev is not None]
+    if not events:
+        return error(404, NoSuchEntityError, f"no execution {eid}")
+    return JSONResponse(await lineage(bus, eid, events))
+
+
 routes = [
     Route("/api/executions", create_execution, methods=["POST"]),
     Route("/api/executions", get_executions, methods=["GET"]),
@@ -278,4 +348,6 @@ routes = [
     Route("/api/executions/{execution_id}/logs", get_execution_logs, methods=["GET"]),
     Route("/api/executions/{execution_id}/cancel", cancel_execution, methods=["POST"]),
     Route("/api/executions/{execution_id}/rerun", rerun_execution, methods=["POST"]),
+    Route("/api/executions/{execution_id}/iterations", get_execution_iterations, methods=["GET"]),
+    Route("/api/executions/{execution_id}/lineage", get_execution_lineage, methods=["GET"]),
 ]
