@@ -90,8 +90,14 @@ async def signal(
     ``force``."""
     if problem := signal_name_problem(name):
         return reply_error(RequestInvalidError(problem))
-    if not force and execution_id_problem(execution_id) is None:
-        refused = await _unawaited(as_bus(conn), execution_id, name)
+    if execution_id_problem(execution_id) is None and (request_id or not force):
+        events = await read_execution_events(as_bus(conn), execution_id)
+        if request_id and any(
+            e.get("name") == "signal.received" and (e.get("payload") or {}).get("request_id") == request_id
+            for e in events
+        ):  # sent again (a double click): one signal, answered as the first was, even once finished
+            return {"execution_id": execution_id, "signal": "sent", "request_id": request_id}
+        refused = None if force else _unawaited(events, execution_id, name)
         if refused is not None:
             return refused
     body = {"execution_id": execution_id, "signal": name, "data": data, "request_id": request_id}
@@ -122,8 +128,7 @@ def awaited_signals(events: list[dict[str, Any]]) -> tuple[list[str], list[str]]
     return list(dict.fromkeys(now)), list(dict.fromkeys(later))
 
 
-async def _unawaited(bus: Any, execution_id: str, name: str) -> dict[str, Any] | None:
-    events = await read_execution_events(bus, execution_id)
+def _unawaited(events: list[dict[str, Any]], execution_id: str, name: str) -> dict[str, Any] | None:
     if not events or any(e.get("name") == "workflow.finished" for e in events):
         return None  # _outside says why: no such execution, or finished
     names = awaited_signals(events)

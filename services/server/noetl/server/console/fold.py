@@ -52,6 +52,8 @@ class TaskRun:
     error: dict[str, Any] | None = None
     duration_ms: float | None = None
     output: str | None = None  # what the task printed or logged (masked, capped), or where it is
+    index: int | None = None  # the loop iteration it ran in
+    child: str | None = None  # the child execution a ``kind: playbook`` task started
 
 
 @dataclass
@@ -139,6 +141,10 @@ class ExecutionView:
     finished: bool = False  # playbook.processed seen: nothing more will come
     # no event for a while, waiting for nothing declared (``noetl.client.stalls``); set by the page
     stalled: dict[str, Any] | None = None
+    # lineage (issue 31): the rerun's execution.forked payload; reruns and children set by the page
+    forked: dict[str, Any] | None = None
+    reruns: list[dict[str, Any]] = field(default_factory=list)
+    children: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def duration_ms(self) -> float | None:
@@ -250,6 +256,7 @@ def fold(execution_id: str, events: list[dict[str, Any]]) -> ExecutionView:
                 kind=payload.get("kind"),
                 attempt=payload.get("attempt"),
                 started=ev.get("timestamp"),
+                index=payload.get("index") if isinstance(payload.get("index"), int) else None,
             )
             tasks[str(ev.get("task_run_id"))] = task
             run.tasks.append(task)
@@ -270,6 +277,9 @@ def fold(execution_id: str, events: list[dict[str, Any]]) -> ExecutionView:
             task.duration_ms = (
                 meta.get("duration_ms") if isinstance(meta.get("duration_ms"), int | float) else None
             )
+            child = outcome.get("child") if isinstance(outcome.get("child"), dict) else {}
+            if isinstance(child.get("execution_id"), str):
+                task.child = child["execution_id"]
             printed = payload.get("output")
             if isinstance(printed, str):
                 task.output = printed
@@ -279,6 +289,8 @@ def fold(execution_id: str, events: list[dict[str, Any]]) -> ExecutionView:
             for fired in payload.get("fired") or []:
                 if isinstance(fired, dict) and isinstance(fired.get("arc"), int):
                     view.arcs[(str(ev.get("entity_id")), fired["arc"])] += 1
+        elif name == "execution.forked":
+            view.forked = payload
         elif name == "execution.cancel.requested":
             view.cancel_requested = str(payload.get("reason") or "cancel requested")
         elif name in ("execution.paused", "execution.resumed"):
