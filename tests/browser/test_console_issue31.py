@@ -41,7 +41,8 @@ def test_rerun_from_the_failed_step_keeps_what_succeeded(page: Any, console: Con
     assert rerun != eid
     expect(page.locator("#status")).to_have_text("success")
     expect(page.locator("#forked-from")).to_have_attribute("href", f"/ui/executions/{eid}")
-    expect_class(node(page, "fetch"), r"\bst-notrun\b")  # kept, not run again
+    expect_class(node(page, "fetch"), r"\bst-kept\b")  # kept, not run again
+    expect(node(page, "fetch").locator("text.state")).to_have_text("kept from the original")
     expect_class(node(page, "divide"), r"\bst-done\b")
     expect(page.locator("#result")).to_contain_text("10 split")
     page.locator("#forked-from").click()  # and back: the original lists its rerun

@@ -59,6 +59,10 @@ def _summary_of(requested: dict[str, Any] | None, finished: dict[str, Any] | Non
         "finished_at": (finished or {}).get("timestamp"),
         "parent_execution_id": any_ev.get("parent_execution_id"),
         "schedule": req.get("schedule"),  # the schedule whose fire started it (SEMANTICS §18)
+        # the execution a rerun forked (issue 31)
+        "rerun_of": (req.get("fork") or {}).get("from_execution_id")
+        if isinstance(req.get("fork"), dict)
+        else None,
         "error": brief(error),
     }
 

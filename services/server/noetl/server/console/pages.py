@@ -321,6 +321,9 @@ def _node_states(view: ExecutionView) -> dict[str, dict[str, str]]:
     for step in dict.fromkeys(r.step for r in view.runs):
         status, detail = view.step_state(step)
         out[step] = {"status": status, "detail": detail}
+    for step in (view.forked or {}).get("kept") or []:  # a rerun: done in the original, not run again
+        if isinstance(step, str) and step not in out:
+            out[step] = {"status": "kept", "detail": "kept from the original"}
     return out
 
 
