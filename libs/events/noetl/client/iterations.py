@@ -11,6 +11,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from noetl.dsl.errors import brief
+
 # errors that end an iteration without it having failed on its own (a cancel or an abort
 # stopped it): shown as ``stopped``, not as a failure to look into
 STOP_KINDS = frozenset({"cancelled", "aborted", "step_timeout", "execution_timeout"})
@@ -67,7 +69,7 @@ def loop_runs(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 row["status"] = "done"
             else:
                 row["status"] = "stopped" if (error or {}).get("kind") in STOP_KINDS else "failed"
-                row["error"] = {"kind": (error or {}).get("kind"), "message": (error or {}).get("message")}
+                row["error"] = brief(error)
             row["duration_ms"] = _ms(row["started"], row["ended"])
     for run in runs.values():
         for row in run["rows"].values():
