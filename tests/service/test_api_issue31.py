@@ -143,6 +143,10 @@ async def test_children_are_linked_to_their_parent(http: httpx.AsyncClient) -> N
     assert child["status"] == "success" and child["path"] == "tests/api31/child"
     up = (await http.get(f"/api/executions/{child['execution_id']}/lineage")).json()
     assert up["parent_execution_id"] == parent
+    # the path filter takes the start of a path
+    listed = (await http.get("/api/executions", params={"path": "tests/api31/"})).json()["executions"]
+    assert {parent, child["execution_id"]} <= {e["execution_id"] for e in listed}
+    assert all(e["path"].startswith("tests/api31/") for e in listed)
 
 
 async def test_a_signal_nothing_awaits_is_refused_unless_forced(http: httpx.AsyncClient) -> None:

@@ -88,6 +88,12 @@ async def _waits(bus: Any, items: list[dict[str, Any]]) -> None:
     await asyncio.gather(*(one(item) for eid, item in running.items() if eid in outside))
 
 
+def _path_matches(item_path: Any, wanted: str) -> bool:
+    """The path itself, or any path under it as a prefix: `etl/` finds `etl/daily` and `etl/hourly`
+    (a person types the start of a path, as in Kestra's or Argo's search)."""
+    return isinstance(item_path, str) and item_path.startswith(wanted)
+
+
 async def list_executions(
     conn: Any,
     *,
@@ -127,7 +133,7 @@ async def list_executions(
         item = _summary_of(req_by.get(eid), fin_by.get(eid))
         if status and item["status"] != status:
             continue
-        if path and item["path"] != path:
+        if path and not _path_matches(item["path"], path):
             continue
         if len(items) == limit:
             next_cursor = first_seq[items[-1]["execution_id"]]

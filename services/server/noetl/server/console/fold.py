@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from noetl.client.iterations import STOP_KINDS
 from noetl.client.view import waiting_for
 
 _TERMINAL = {"step.done": "done", "loop.done": "done", "step.failed": "failed"}
@@ -62,6 +63,8 @@ class LoopProgress:
     mode: str | None = None
     done: set[int] = field(default_factory=set)
     failed: set[int] = field(default_factory=set)
+    # ended by a cancel, an abort or a timeout rather than failing on their own: not failures
+    stopped: set[int] = field(default_factory=set)
     final: tuple[int, int] | None = None  # (done, failed) as the server counted them at the end
 
     @property
@@ -70,12 +73,14 @@ class LoopProgress:
 
     @property
     def failed_count(self) -> int:
-        return self.final[1] if self.final else len(self.failed)
+        # the server counts a stopped iteration as failed: the console does not
+        return max(self.final[1] - len(self.stopped), 0) if self.final else len(self.failed)
 
     def text(self) -> str:
         total = "?" if self.total is None else str(self.total)
         out = f"{self.done_count}/{total} done"
-        return out + (f" · {self.failed_count} failed" if self.failed_count else "")
+        out += f" · {self.failed_count} failed" if self.failed_count else ""
+        return out + (f" · {len(self.stopped)} stopped" if self.stopped else "")
 
 
 @dataclass
@@ -148,7 +153,22 @@ class ExecutionView:
 
     @property
     def duration_ms(self) -> float | None:
+        """Until now while it runs (a waiting execution's time goes on), else until its end."""
+        if self.finished_at is None and self.requested_at is not None:
+            return duration_ms(self.requested_at, datetime.now(UTC).isoformat())
         return duration_ms(self.requested_at, self.finished_at or self.last_at)
+
+    @property
+    def root_cause(self) -> StepRun | None:
+        """The first failed step run when the execution's own error is a later one: a failure
+        handled by an arc that led to the failure that ended it (a ``python_error`` routed to a
+        step whose template then failed). The headline stays the error that ended it."""
+        if self.error is None:
+            return None
+        first = next((r for r in self.runs if r.status == "failed" and r.error), None)
+        if first is None or (first.error or {}).get("message") == self.error.get("message"):
+            return None
+        return first
 
     def step_runs(self, step: str) -> list[StepRun]:
         return [r for r in self.runs if r.step == step]
@@ -159,6 +179,9 @@ class ExecutionView:
         if not runs:
             return "notrun", "not run"
         statuses = {r.status for r in runs}
+        if statuses == {"skipped"} and self.finished_at is None:
+            # not admitted yet: a join waiting for its other branches, not a step that was skipped
+            return "notrun", f"not admitted yet ({len(runs)}x)"
         status = next((s for s in _PRIORITY if s in statuses), "notrun")
         loops = [r.loop for r in runs if r.loop is not None]
         if loops:
@@ -235,8 +258,11 @@ def fold(execution_id: str, events: list[dict[str, Any]]) -> ExecutionView:
             run = _run(view, by_id, ev)
             run.loop = run.loop or LoopProgress()
             index = payload.get("index")
-            if isinstance(index, int):
-                (run.loop.done if name == "loop.iteration.done" else run.loop.failed).add(index)
+            error = payload.get("error") if isinstance(payload.get("error"), dict) else {}
+            if isinstance(index, int) and name == "loop.iteration.done":
+                run.loop.done.add(index)
+            elif isinstance(index, int):
+                (run.loop.stopped if error.get("kind") in STOP_KINDS else run.loop.failed).add(index)
             run.worker = payload.get("worker") or run.worker
         elif name in _TERMINAL:
             run = _run(view, by_id, ev)
