@@ -137,3 +137,16 @@ async def test_rerun_command_dry_run_says_what_is_kept(
     assert f"rerun of {failed} from divide" in err
     assert "kept (2 step runs, not run again): start, fetch" in err
     assert "dry run: nothing started" in err
+
+
+async def test_short_ids_as_the_console_shows_them_resolve(nc: Any, failed: str) -> None:
+    """`noetl status 9f3a1b2c3d4e…` (issue 31): the start of an id, with the console's ellipsis,
+    is the execution it starts; an id nothing starts with is left for the command to refuse."""
+    from noetl.server.api.queries import resolve_execution_id
+
+    js = nc.jetstream()
+    assert await resolve_execution_id(js, failed[:12] + "…") == failed
+    assert await resolve_execution_id(js, failed) == failed
+    assert await resolve_execution_id(js, "ffffffffffff") == "ffffffffffff"
+    ambiguous = await resolve_execution_id(js, "0123")  # fewer than 4 characters after the strip
+    assert ambiguous == "0123" or "give more of the id" in ambiguous["error"]["message"]
