@@ -165,3 +165,26 @@ async def test_a_signal_nothing_awaits_is_refused_unless_forced(http: httpx.Asyn
     )
     assert ok.status_code == 202
     assert (await ended(http, eid))["result"] == "shipped"
+
+
+NO_PATH = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: api31_nopath}
+workflow:
+  - step: start
+    tool: {kind: noop, result: 1}
+"""
+
+
+async def test_a_catalog_playbook_without_metadata_path_is_listed_by_its_catalog_path(
+    http: httpx.AsyncClient,
+) -> None:
+    """Issue 31: registered under its name, it was listed as `inline` with no catalog link."""
+    r = await http.post("/api/catalog", json={"playbook": NO_PATH})
+    assert r.status_code == 201 and r.json()["path"] == "api31_nopath"
+    eid = await start(http, path="api31_nopath")
+    body = await ended(http, eid)
+    assert body["status"] == "success" and body["path"] == "api31_nopath"
+    [item] = [e for e in (await http.get("/api/executions")).json()["executions"] if e["execution_id"] == eid]
+    assert item["path"] == "api31_nopath"

@@ -118,13 +118,15 @@ class RequestHandler:
             source="server",
             name="playbook.execution.requested",
             entity_type="playbook",
-            entity_id=playbook.metadata.path or playbook.metadata.name,
+            # a catalog playbook without metadata.path is registered under its name: keep the
+            # path it was requested by, so lists and the console link it to its catalog entry
+            entity_id=playbook.metadata.path or origin or playbook.metadata.name,
             status="in_progress",
             payload={
                 "playbook": text,
                 "file": file,
                 "digest": digest,
-                "path": playbook.metadata.path,
+                "path": playbook.metadata.path or origin,
                 "version": playbook.metadata.version,
                 "payload": req.get("payload") or {},
                 "keychain_missing": missing,
