@@ -133,6 +133,11 @@ async def test_iteration_57_of_60_is_found(http: httpx.AsyncClient) -> None:
     assert row["index"] == 57 and row["attempts"] == 1 and "item 57 is bad" in row["error"]["message"]
     bad = await http.get(f"/api/executions/{eid}/iterations", params={"step": "nope"})
     assert bad.status_code == 404
+    # task runs, paged: past the 50 a step's details show
+    tasks = (await http.get(f"/api/executions/{eid}/tasks", params={"step": "each", "limit": 25})).json()
+    assert tasks["total"] == 60 and len(tasks["tasks"]) == 25 and tasks["next_offset"] == 25
+    errors = (await http.get(f"/api/executions/{eid}/tasks", params={"status": "error"})).json()["tasks"]
+    assert [(t["step"], t["index"], t["error"]["kind"]) for t in errors] == [("each", 57, "python_error")]
 
 
 async def test_children_are_linked_to_their_parent(http: httpx.AsyncClient) -> None:

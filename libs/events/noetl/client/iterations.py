@@ -117,3 +117,47 @@ def iteration_page(
         "next_offset": offset + limit if offset + limit < len(rows) else None,
         "iterations": page,
     }
+
+
+def task_runs(events: list[dict[str, Any]], step: str | None = None) -> list[dict[str, Any]]:
+    """Every task run in log order, one row each (``{step, step_run_id, task, task_run_id,
+    index, attempt, kind, status, started, ended, duration_ms, error}``): what ``GET
+    /api/executions/{id}/tasks`` pages through, where a step's details stop at 50."""
+    step_of: dict[str, str] = {}
+    rows: dict[str, dict[str, Any]] = {}
+    for ev in events:
+        name = ev.get("name")
+        payload = ev.get("payload") if isinstance(ev.get("payload"), dict) else {}
+        rid = str(ev.get("step_run_id") or "")
+        if name in ("step.scheduled", "loop.started", "step.waiting"):
+            step_of.setdefault(rid, str(ev.get("entity_id")))
+        elif name == "task.started":
+            tid = str(ev.get("task_run_id") or "")
+            rows[tid] = {
+                "step": step_of.get(rid),
+                "step_run_id": rid,
+                "task": payload.get("task") or ev.get("entity_id"),
+                "task_run_id": tid,
+                "index": payload.get("index") if isinstance(payload.get("index"), int) else None,
+                "attempt": payload.get("attempt"),
+                "kind": payload.get("kind"),
+                "status": "running",
+                "started": ev.get("timestamp"),
+                "ended": None,
+                "duration_ms": None,
+                "error": None,
+            }
+        elif name == "task.done":
+            row = rows.get(str(ev.get("task_run_id") or ""))
+            if row is None:
+                continue
+            outcome = payload.get("outcome") if isinstance(payload.get("outcome"), dict) else {}
+            meta = outcome.get("meta") if isinstance(outcome.get("meta"), dict) else {}
+            row["status"] = str(outcome.get("status") or "done")
+            row["ended"] = ev.get("timestamp")
+            row["duration_ms"] = (
+                meta.get("duration_ms") if isinstance(meta.get("duration_ms"), int | float) else None
+            )
+            row["error"] = brief(outcome.get("error") if isinstance(outcome.get("error"), dict) else None)
+    out = list(rows.values())
+    return [r for r in out if r["step"] == step] if step else out

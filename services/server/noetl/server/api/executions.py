@@ -318,6 +318,52 @@ async def get_execution_iterations(request: Request) -> Response:
     return JSONResponse({"execution_id": eid, **out})
 
 
+async def get_execution_tasks(request: Request) -> Response:
+    """
+    ---
+    summary: One page of an execution's task runs
+    description: Every task run in log order (a step's details in the console stop at 50), with
+      step, iteration index, attempt, kind, status, duration and error; `status` keeps the task
+      runs of one outcome status (ok, error, running, ...).
+    parameters:
+      - {name: step, in: query, schema: {type: string}}
+      - {name: status, in: query, schema: {type: string}}
+      - {name: offset, in: query, schema: {type: integer, default: 0}}
+      - {name: limit, in: query, schema: {type: integer, default: 100, maximum: 1000}}
+    responses:
+      200: {description: "{execution_id, total, offset, limit, next_offset, tasks: [...]}"}
+      404: {description: no event of this execution}
+    """
+    from noetl.client.iterations import task_runs
+
+    eid, bad = _id_or_error(request)
+    if bad:
+        return bad
+    q = request.query_params
+    try:
+        offset, limit = max(int(q.get("offset", "0")), 0), max(1, min(int(q.get("limit", "100")), 1000))
+    except ValueError:
+        return error(400, RequestInvalidError, "offset and limit must be integers")
+    events = [ev async for ev in follow_events(ctx_of(request).bus, eid, follow=False) if ev is not None]
+    if not events:
+        return error(404, NoSuchEntityError, f"no execution {eid}")
+    rows = task_runs(events, q.get("step") or None)
+    if q.get("status"):
+        rows = [r for r in rows if r["status"] == q["status"]]
+    page = rows[offset : offset + limit]
+    nxt = offset + limit if offset + limit < len(rows) else None
+    return JSONResponse(
+        {
+            "execution_id": eid,
+            "total": len(rows),
+            "offset": offset,
+            "limit": limit,
+            "next_offset": nxt,
+            "tasks": page,
+        }
+    )
+
+
 async def get_execution_lineage(request: Request) -> Response:
     """
     ---
@@ -350,4 +396,5 @@ routes = [
     Route("/api/executions/{execution_id}/rerun", rerun_execution, methods=["POST"]),
     Route("/api/executions/{execution_id}/iterations", get_execution_iterations, methods=["GET"]),
     Route("/api/executions/{execution_id}/lineage", get_execution_lineage, methods=["GET"]),
+    Route("/api/executions/{execution_id}/tasks", get_execution_tasks, methods=["GET"]),
 ]
