@@ -162,3 +162,20 @@ def test_schedules_page_lists_pauses_resumes_and_deletes(page: Any, console: Con
     expect(row.locator(".schedule-state")).to_have_text("active")
     row.locator("button.btn-delete").click()  # the confirm dialog is accepted by the fixture
     expect(row).to_have_count(0)
+
+
+def test_the_start_form_is_typed_from_the_workload(page: Any, console: ConsoleStack) -> None:
+    from playwright.sync_api import expect
+
+    from tests.browser.playbooks import DOUBLE
+
+    console.register(DOUBLE)
+    page.goto(f"{console.url}/ui/catalog/tests/console/double")
+    field = page.locator("#w-n")
+    expect(field).to_have_value("1")  # the workload's default
+    assert field.get_attribute("type") == "number"
+    page.fill("#w-n", "21")
+    page.click("form.start button[type=submit]")
+    expect(page.locator("#status")).to_have_text("success")
+    expect(page.locator("#result")).to_contain_text('"doubled": 42')
+    expect(page.locator("pre.json").last).to_contain_text('"n": 21')  # the request payload

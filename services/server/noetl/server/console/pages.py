@@ -484,6 +484,8 @@ async def playbook_page(
         text=text,
         graph=graph,
         workload=workload,
+        fields=workload_fields(workload if isinstance(workload, dict) else {}),
+        typed={k[2:]: v for k, v in (form or {}).items() if k.startswith("w:")},
         description=description,
         recent=recent,
         error=error,
@@ -493,10 +495,58 @@ async def playbook_page(
     )
 
 
+def workload_fields(workload: dict[str, Any]) -> list[dict[str, Any]]:
+    """The start form's typed fields (issue 31): one per top-level workload key, typed from its
+    default (a number, a yes/no, a text; a list or mapping as JSON), the raw JSON payload staying
+    the fallback for anything else."""
+    out = []
+    for key, value in workload.items():
+        if isinstance(value, bool):
+            kind, text = "bool", "true" if value else "false"
+        elif isinstance(value, int):
+            kind, text = "int", str(value)
+        elif isinstance(value, float):
+            kind, text = "float", repr(value)
+        elif isinstance(value, str):
+            kind, text = "str", value
+        else:
+            kind, text = "json", json.dumps(value)
+        out.append({"key": str(key), "kind": kind, "value": text})
+    return out
+
+
+def _typed_payload(form: dict[str, str]) -> dict[str, Any]:
+    """The typed fields' values (``w:KEY`` with its type in ``t:KEY``); ValueError names a field
+    whose text is not of its type."""
+    out: dict[str, Any] = {}
+    for name, text in form.items():
+        if not name.startswith("w:"):
+            continue
+        key, kind = name[2:], form.get("t:" + name[2:], "str")
+        try:
+            if kind == "int":
+                out[key] = int(text)
+            elif kind == "float":
+                out[key] = float(text)
+            elif kind == "bool":
+                out[key] = text == "true"
+            elif kind == "json":
+                out[key] = json.loads(text)
+            else:
+                out[key] = text
+        except ValueError:
+            raise ValueError(f"field {key!r} needs a {kind} value, not {text!r}") from None
+    return out
+
+
 async def start_execution(request: Request) -> Response:
     if not same_origin(request):
         return _forbidden()
     form = await form_data(request)
+    try:
+        typed = _typed_payload(form)
+    except ValueError as e:
+        return await playbook_page(request, error=str(e), form=form, status_code=400)
     try:
         payload = json.loads(form.get("payload") or "{}")
     except ValueError as e:
@@ -505,6 +555,7 @@ async def start_execution(request: Request) -> Response:
         return await playbook_page(
             request, error="the payload must be a JSON object", form=form, status_code=400
         )
+    payload = {**typed, **payload}  # the raw JSON is the fallback: what it names wins
     body: dict[str, Any] = {"path": form.get("path", ""), "payload": payload}
     if form.get("version"):
         body["version"] = form["version"]
