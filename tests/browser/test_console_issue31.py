@@ -61,6 +61,7 @@ def test_failed_iteration_57_of_60_is_found_in_the_iteration_table(page: Any, co
     expect(page.locator("#iteration-counts")).to_contain_text("60 iterations")
     expect(page.locator("#iteration-counts")).to_contain_text("59 done")
     expect(page.locator("#iterations tbody tr")).to_have_count(50)
+    expect(page.locator("#iteration-bars g.bar")).to_have_count(50)  # the page's iterations as bars
     page.click("#iterations-next")
     expect(page.locator("#iterations tbody tr")).to_have_count(10)
     expect(page.locator('#iterations tr[data-index="57"]')).to_contain_text("item 57 is bad")
@@ -70,6 +71,7 @@ def test_failed_iteration_57_of_60_is_found_in_the_iteration_table(page: Any, co
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("#57")
     expect(rows.first).to_contain_text("python_error")
+    expect(page.locator('#iteration-bars g.bar.st-failed[data-index="57"]')).to_have_count(1)
     expect_class(rows.first, r"\bst-failed\b")
 
 

@@ -127,6 +127,7 @@ async def iterations_page(request: Request) -> Response:
     return page(
         request,
         "iterations.html",
+        bars=iteration_bars(run, out["iterations"]),
         view=view,
         run=out,
         statuses=ITERATION_STATUSES,
@@ -135,6 +136,35 @@ async def iterations_page(request: Request) -> Response:
         previous_page=newer,
         nav="executions",
     )
+
+
+def iteration_bars(
+    run: dict[str, Any], rows: list[dict[str, Any]], *, width: float = 900.0, label_w: float = 60.0
+) -> dict[str, Any] | None:
+    """The page's iterations as bars on the loop's own time axis (its first start to its last
+    end), so stragglers and retries stand out; None when nothing has a start yet."""
+    starts = [r["started"] for r in run["rows"].values() if r.get("started")]
+    ends = [r["ended"] or r["started"] for r in run["rows"].values() if r.get("started")]
+    if not starts or not rows:
+        return None
+    t0, t1 = min(starts), max(ends)
+    span = max(duration_ms(t0, t1) or 0.0, 1.0)
+    scale = (width - label_w - 12) / span
+    row_h, top = 16.0, 18.0
+    bars = []
+    for i, r in enumerate(rows):
+        start = duration_ms(t0, r.get("started")) or 0.0
+        stop = duration_ms(t0, r.get("ended") or t1) or start
+        bars.append(
+            {
+                "row": r,
+                "x": label_w + start * scale,
+                "w": max((stop - start) * scale, 3.0),
+                "y": top + i * row_h,
+            }
+        )
+    ticks = [(label_w + f * span * scale, f * span) for f in (0, 0.5, 1)]
+    return {"bars": bars, "width": width, "height": top + len(bars) * row_h + 4, "ticks": ticks}
 
 
 # --- schedules -----------------------------------------------------------------------------
