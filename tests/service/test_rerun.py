@@ -96,6 +96,10 @@ async def test_rerun_from_the_failed_step_keeps_what_succeeded(nc: Any, failed: 
     # the divide step saw the original's args (fetch's result) and ctx
     done = next(e for e in events if e["name"] == "step.done" and e["entity_id"] == "divide")
     assert done["payload"]["result"] == 10 // 2 + 10
+    # a rerun's decisions replay like any execution's: the fork is in its request event
+    from noetl.cli.replay_diff import replay_diff
+
+    assert replay_diff(events).divergences == []
 
 
 async def test_rerun_from_a_named_step_with_a_new_playbook(nc: Any, failed: str, capsys: Any) -> None:
@@ -150,3 +154,53 @@ async def test_short_ids_as_the_console_shows_them_resolve(nc: Any, failed: str)
     assert await resolve_execution_id(js, "ffffffffffff") == "ffffffffffff"
     ambiguous = await resolve_execution_id(js, "0123")  # fewer than 4 characters after the strip
     assert ambiguous == "0123" or "give more of the id" in ambiguous["error"]["message"]
+
+
+FAN = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: fan, path: tests/fan}
+workload: {items: [1, 2, 3]}
+workflow:
+  - step: start
+    next:
+      spec: {mode: inclusive}
+      arcs: [{step: slow}, {step: each}]
+  - step: slow
+    tool:
+      - name: nap
+        kind: python
+        code: |
+          import time
+          def main():
+              time.sleep(0.3)
+              return "slept"
+  - step: each
+    loop: {in: "{{ workload.items }}", iterator: x}
+    tool:
+      - name: check
+        kind: python
+        args: {x: "{{ iter.x }}"}
+        code: |
+          def main(x):
+              if x == 3:
+                  raise ValueError("three")
+              return x
+    next: {arcs: [{step: after, when: "{{ event.name == 'loop.done' }}"}]}
+  - step: after
+    tool: {kind: noop, result: ok}
+"""
+
+
+async def test_what_a_rerun_cannot_keep_is_said_first(nc: Any, services: Any) -> None:
+    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": FAN}, timeout=30)
+    assert out["status"] == "failed", out
+    bus = as_bus(nc.jetstream())
+    got = await prepare_rerun(bus, await Catalog.open(bus), out["execution_id"])
+    assert not isinstance(got, dict), got
+    notes = " ".join(got.plan.not_kept)
+    assert got.plan.steps == ["each"]
+    assert (
+        "loop step `each` runs again from its first iteration: 2 of its 3 iterations had succeeded" in notes
+    )
+    assert "`slow`" in notes and "was still running" in notes and "rerun --from slow" in notes
