@@ -219,3 +219,30 @@ def test_issue31_small_items_stopped_iterations_joins_root_cause_and_a_waiting_d
     assert 'id="root-cause"' in html and "python_error" in html and "template_error" in html
     tl = render("_timeline.html", view=view, timeline=timeline)
     assert 'class="tick-label tick-end"' in tl
+
+
+def test_labels_of_arcs_that_meet_are_not_drawn_over_each_other() -> None:
+    """Issue 31: two arcs between the same steps put their labels on one point."""
+    twice = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: twice}
+workflow:
+  - step: start
+    tool: {kind: noop, result: 1}
+    next:
+      arcs:
+        - {step: done, when: "{{ event.result > 100 }}", args: {size: big}}
+        - {step: done, when: "{{ event.result > 10 }}", args: {size: medium}}
+        - {step: done, args: {size: small}}
+  - step: done
+    tool: {kind: noop}
+"""
+    g = layout(load_playbook(twice))
+    boxes = [
+        (e.lx - 3.2 * len(e.label), e.ly - 13, e.lx + 3.2 * len(e.label), e.ly) for e in g.edges if e.label
+    ]
+    assert len(boxes) == 3
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert not (a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]), (a, b)
