@@ -108,6 +108,12 @@ async def test_rerun_from_a_named_step_with_a_new_playbook(nc: Any, failed: str,
     got = await prepare_rerun(bus, await Catalog.open(bus), failed, from_step="fetch", playbook=fixed)
     assert not isinstance(got, dict), got
     assert got.plan.steps == ["fetch"] and [k["step"] for k in got.plan.kept] == ["start"]
+    # a version that routes differently before the fork point: said first, as noetl replay would
+    other = FLAKY.replace('args: {n: "{{ event.result }}"}', 'args: {n: "{{ event.result * 3 }}"}')
+    got = await prepare_rerun(bus, await Catalog.open(bus), failed, playbook=other)
+    assert not isinstance(got, dict), got
+    [note] = got.plan.not_kept
+    assert "decides differently from the recording at input #2" in note and "noetl replay" in note
 
 
 async def test_rerun_refusals_say_what_to_do(nc: Any, failed: str) -> None:

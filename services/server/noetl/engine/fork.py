@@ -94,7 +94,7 @@ def _fold_recording(
             continue
         n += 1
         d = decide(state, ev)
-        shapes.append([(e["name"], e.get("entity_id"), e.get("step_run_id")) for e in d.events])
+        shapes.append([_shape(e) for e in d.events])
         for out in d.events:
             if out["name"] == "next.evaluated" and (out.get("payload") or {}).get("fired"):
                 handled.add(str(out.get("step_run_id")))
@@ -108,6 +108,21 @@ def _fold_recording(
                 a.ended_at = n
         seen = state.run_counter
     return state, arrivals, handled, shapes
+
+
+_ROUTING = ("next.evaluated", "step.scheduled", "step.skipped", "step.waiting")
+
+
+def _shape(ev: dict[str, Any]) -> tuple[Any, ...]:
+    """What a decision is compared by: the event, its step and run, and for routing events what
+    they carry (the arcs fired, a run's args), as ``noetl replay`` compares them, times left out."""
+    payload = ev.get("payload") if ev.get("name") in _ROUTING else None
+    return (
+        ev["name"],
+        ev.get("entity_id"),
+        ev.get("step_run_id"),
+        json.dumps(payload, sort_keys=True, default=str),
+    )
 
 
 def plan_fork(
@@ -224,7 +239,11 @@ def _check_new_playbook(
         if old != new:
             return (
                 f"the new playbook decides differently from the recording at input #{i} "
-                f"(recorded {json.dumps(old[:3])[:200]}, now {json.dumps(new[:3])[:200]}): the kept results "
+                f"(recorded {_describe(old)}, now {_describe(new)}): the kept results "
                 "follow the old version's routing (noetl replay ID --playbook FILE shows the difference)"
             )
     return None
+
+
+def _describe(shape: list[tuple[Any, ...]]) -> str:
+    return "; ".join(f"{s[0]} `{s[1]}`" + (f" {s[3]}" if s[3] != "null" else "") for s in shape[:3])[:300]
