@@ -37,6 +37,8 @@ from noetl.dsl.migrate.routing import router, structural
 from noetl.dsl.migrate.steps import _loop, _tool_shape
 from noetl.dsl.migrate.upstream_detect import UPSTREAM_KINDS
 from noetl.dsl.migrate.upstream_names import (
+    names_read,
+    strings,
     NAMESPACES,
     StepFacts,
     rename,
@@ -60,32 +62,9 @@ SQL = ("postgres", "duckdb", "snowflake")
 CREDENTIAL_KIND = {"postgres": "postgres_credential", "http": "http_credential", "duckdb": "secret"}
 _SCRIPT_KINDS = {"shell"}
 _STORAGE_ONLY = ("store", "inline_max_bytes", "preview_max_bytes", "scope")
-_PROBE = "\x00"
 
 
 # ---- small helpers ---------------------------------------------------------------------------
-
-
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return []
-
-
-def names_read(value: Any, candidates: set[str]) -> set[str]:
-    """Which of ``candidates`` the templates in ``value`` read as bare names."""
-    if not candidates:
-        return set()
-    probe = {c: f"{_PROBE}{c}{_PROBE}" for c in candidates}
-    found: set[str] = set()
-    for text in _strings(value):
-        out = rename(text, dict(probe))
-        found.update(re.findall(rf"{_PROBE}(\w+){_PROBE}", str(out)))
-    return found
 
 
 def _rules_of(task: dict[str, Any]) -> list[Any] | None:
@@ -263,6 +242,26 @@ class Upstream:
             out[it] = f"iter.{it}"
         return out
 
+    def _name_notes(self) -> None:
+        """One note per step for the names its templates read the upstream way (before renaming)."""
+        for step in self.steps:
+            own = str(step.get("step"))
+            body = {k: v for k, v in step.items() if k != "step"}
+            labels = set(self.facts[own].labels)
+            keys = names_read(body, self.workload - NAMESPACES - labels)
+            results = names_read(body, self.captured - {own} - labels)
+            it = self._iterator(step)
+            bare = names_read({k: v for k, v in body.items() if k != "loop"}, {it} - labels) if it else set()
+            path = self.paths[id(step)]
+            if keys:
+                listed = ", ".join(f"`{k}`" for k in sorted(keys))
+                self.m.did(path, f"workload keys read as bare names ({listed}) → `workload.<key>`")
+            if results:
+                listed = ", ".join(f"`{k}`" for k in sorted(results))
+                self.m.did(path, f"step results read by the step's name ({listed}) → `ctx.<step>`")
+            if bare:
+                self.m.did(path, f"the loop iterator read as a bare name (`{it}`) → `iter.{it}`")
+
     def _find_captures(self) -> None:
         """A step's result is kept in ctx when a later step reads it by name (in a template, or
         as a python `main` parameter upstream filled from the context)."""
@@ -432,7 +431,7 @@ class Upstream:
         if rules is None:
             return
         m = self.m
-        read_output = re.search(r"(?<![\w.])output\.", " ".join(_strings(rules))) is not None
+        read_output = re.search(r"(?<![\w.])output\.", " ".join(strings(rules))) is not None
         outcome = self._outcome_renames(renames, kind)
         outcome.pop("result")  # `result` in a rule is no upstream name
         for n, rule in enumerate(rules):
@@ -733,11 +732,21 @@ class Upstream:
             if not keys:
                 continue
             pipe = Pipeline(self.m, step)
-            values = {
-                k: f"{{{{ args._set[{k!r}] if args._set is defined and {k!r} in args._set "
-                f"else ctx[{k!r}] | default(none) }}}}"
-                for k in keys
-            }
+            incoming = [
+                a
+                for s in self.steps
+                for a in ((s.get("next") or {}).get("arcs") or [] if isinstance(s.get("next"), dict) else [])
+                if isinstance(a, dict) and a.get("step") == step.get("step")
+            ]
+            values = {}
+            for k in keys:
+                every = all(k in ((a.get("args") or {}).get("_set") or {}) for a in incoming)
+                values[k] = (
+                    f"{{{{ args._set.{k} }}}}"
+                    if every and k.isidentifier()
+                    else f"{{{{ args._set[{k!r}] if args._set is defined and {k!r} in args._set "
+                    f"else ctx[{k!r}] | default(none) }}}}"
+                )
             task = {
                 "name": pipe.unique("arc_set"),
                 "kind": "noop",
@@ -895,6 +904,7 @@ class Upstream:
         for step in self.steps:
             self._inputs(step, self.paths[id(step)])
         self._find_captures()
+        self._name_notes()
         for step in self.steps:
             path = self.paths[id(step)]
             for label, task, where in self._tasks(step, path):
@@ -917,7 +927,7 @@ class Upstream:
             if f.kind not in SQL:
                 continue
             for step in self.steps:
-                text = " ".join(_strings({k: v for k, v in step.items() if k != "step"}))
+                text = " ".join(strings({k: v for k, v in step.items() if k != "step"}))
                 for prefix in (f"ctx.{name}", "event.result" if step.get("step") == name else None):
                     if prefix is None:
                         continue

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from noetl.dsl.migrate.upstream_names import NAMESPACES, names_read
 from noetl.dsl.yamlload import Path
 
 UPSTREAM_KINDS = frozenset(
@@ -65,10 +66,21 @@ def upstream_signals(data: Any) -> list[tuple[Path, str]]:
     if not isinstance(data, dict) or not isinstance(data.get("workflow"), list):
         return []
     found: list[tuple[Path, str]] = []
+    workload = data.get("workload")
+    keys = {k for k in workload if isinstance(k, str)} - NAMESPACES if isinstance(workload, dict) else set()
+    steps = {s.get("step") for s in data["workflow"] if isinstance(s, dict) and s.get("tool")}
     for i, step in enumerate(data["workflow"]):
         if not isinstance(step, dict):
             continue
         path: Path = ("workflow", i)
+        labels = {label for task, where in _tasks(step, path) for label in [where[-1], task.get("name")]}
+        loop = step.get("loop")
+        iterator = loop.get("iterator") if isinstance(loop, dict) else None
+        body = {k: v for k, v in step.items() if k != "step"}
+        for name in sorted(names_read(body, keys - labels - {iterator})):
+            found.append((path, f"workload key `{name}` read as a bare name"))
+        for name in sorted(names_read(body, {str(n) for n in steps} - labels - {step.get("step"), iterator})):
+            found.append((path, f"step `{name}`'s result read by name"))
         for key in ("set", "input", "output"):
             if key in step:
                 found.append(((*path, key), f"step `{key}`"))

@@ -85,6 +85,31 @@ def rename(value: Any, renames: dict[str, str]) -> Any:
     return value
 
 
+_PROBE = "\x00"
+
+
+def strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return []
+
+
+def names_read(value: Any, candidates: set[str]) -> set[str]:
+    """Which of ``candidates`` the templates in ``value`` read as bare names."""
+    if not candidates:
+        return set()
+    probe = {c: f"{_PROBE}{c}{_PROBE}" for c in candidates}
+    found: set[str] = set()
+    for text in strings(value):
+        out = rename(text, dict(probe))
+        found.update(re.findall(rf"{_PROBE}(\w+){_PROBE}", str(out)))
+    return found
+
+
 def statement_count(sql: Any) -> int:
     """How many `;`-separated statements ``sql`` holds (quotes and comments respected enough
     for the index of the last one: upstream numbered them from 0)."""

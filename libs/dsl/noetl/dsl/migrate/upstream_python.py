@@ -78,8 +78,12 @@ def preloaded_used(code: str) -> list[str]:
 
 
 def has_top_level_return(code: str) -> bool:
-    _, err = _parse(code)
-    return err is not None and "'return' outside function" in err
+    """Whether the code returns outside any function (a compile error, not a parse error)."""
+    try:
+        compile(code, "<python task>", "exec", dont_inherit=True)
+    except SyntaxError as e:
+        return "'return' outside function" in str(e.msg)
+    return False
 
 
 def main_params(code: str) -> list[str] | None:
