@@ -29,7 +29,7 @@ NEEDS_PG = {"postgres_shape"}
 
 
 class _Echo(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         body = json.dumps({"path": self.path, "items": [{"id": 1}, {"id": 2}]}).encode()
         status = 404 if self.path.startswith("/missing") else 200
         self.send_response(status)

@@ -37,13 +37,13 @@ from noetl.dsl.migrate.routing import router, structural
 from noetl.dsl.migrate.steps import _loop, _tool_shape
 from noetl.dsl.migrate.upstream_detect import UPSTREAM_KINDS
 from noetl.dsl.migrate.upstream_names import (
-    names_read,
-    strings,
     NAMESPACES,
     StepFacts,
+    names_read,
     rename,
     shape_renames,
     statement_count,
+    strings,
     unreachable_commands,
 )
 from noetl.dsl.migrate.upstream_python import (
