@@ -84,3 +84,43 @@ def test_migrating_twice_changes_nothing(name: str) -> None:
     assert once.text is not None
     twice = migrate_text(once.text, str(source))
     assert twice.text == once.text and not twice.notes, [str(n) for n in twice.notes]
+
+
+def _pg_up(dsn: str) -> bool:
+    import asyncio
+
+    import asyncpg
+
+    async def probe() -> bool:
+        try:
+            conn = await asyncio.wait_for(asyncpg.connect(dsn), 3)
+        except Exception:
+            return False
+        await conn.close()
+        return True
+
+    return asyncio.run(probe())
+
+
+@pytest.mark.parametrize("name", sorted(NEEDS_PG))
+def test_migrated_postgres_runs_like_the_hand_written(name: str, pg_dsn: str, tmp_path: Path) -> None:
+    """Through `noetl run` (credentials come from a file there), against the test PostgreSQL."""
+    import subprocess
+    import sys
+
+    if not _pg_up(pg_dsn):
+        pytest.skip("no PostgreSQL at NOETL_TEST_PG_DSN")
+    creds = tmp_path / "credentials.yaml"
+    creds.write_text(json.dumps({"pg_test": {"kind": "postgres_credential", "data": {"dsn": pg_dsn}}}))
+    migrated = tmp_path / "migrated.yaml"
+    cli = [sys.executable, "-m", "noetl.cli.main"]
+    done = subprocess.run([*cli, "migrate", str(FIXTURES / f"{name}.yaml"), "-o", str(migrated)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    results = []
+    for playbook in (migrated, FIXTURES / f"{name}.expected.yaml"):
+        run = subprocess.run([*cli, "run", str(playbook), "--credentials", str(creds), "--json"],
+                             capture_output=True, text=True, timeout=120)
+        out = json.loads(run.stdout)
+        results.append((out["status"], out["result"]))
+    assert results[0] == results[1] and results[0][0] == "success", results

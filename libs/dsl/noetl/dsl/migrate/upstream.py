@@ -822,15 +822,14 @@ class Upstream:
             if mode != "inclusive" or len(set(targets)) < 2:
                 continue
             branches = [reach(t) for t in dict.fromkeys(targets)]
+            # a predecessor on one branch only: the branches meet at the join (steps after the
+            # meeting point are on every branch, and alternatives there are no barrier)
+            own = [b - set().union(*(o for o in branches if o is not b)) for b in branches]
             for join, ps in preds.items():
                 if join not in by_name or len(ps) < 2:
                     continue
-                if sum(join in b for b in branches) < 2:
-                    continue
-                inside = [
-                    p for p in ps if any(p in b and join in b for b in branches) or p == fan.get("step")
-                ]
-                if len(inside) < 2:
+                inside = [p for p in ps if any(p in o for o in own)]
+                if len({n for n, o in enumerate(own) for p in inside if p in o}) < 2:
                     continue
                 self._join(by_name[join], [by_name[p] for p in inside], str(fan.get("step")))
 
