@@ -620,6 +620,11 @@ class Upstream:
             )
 
     def _step_set(self, step: dict[str, Any], path: Path) -> None:
+        for key, scope in (("set_ctx", "ctx"), ("set_iter", "iter")):  # upstream's older spelling
+            if isinstance(step.get(key), dict):
+                values = step.pop(key)
+                merged = step.get("set") if isinstance(step.get("set"), dict) else {}
+                step["set"] = {**merged, **{f"{scope}.{k}": v for k, v in values.items()}}
         if "set" not in step:
             return
         m = self.m

@@ -81,7 +81,7 @@ def upstream_signals(data: Any) -> list[tuple[Path, str]]:
             found.append((path, f"workload key `{name}` read as a bare name"))
         for name in sorted(names_read(body, {str(n) for n in steps} - labels - {step.get("step"), iterator})):
             found.append((path, f"step `{name}`'s result read by name"))
-        for key in ("set", "input", "output"):
+        for key in ("set", "input", "output", "set_ctx", "set_iter"):
             if key in step:
                 found.append(((*path, key), f"step `{key}`"))
         nxt = step.get("next")
