@@ -32,7 +32,7 @@ from pathlib import Path as FsPath
 from typing import Any
 
 from noetl.dsl.migrate.core import Migrator, Pipeline
-from noetl.dsl.migrate.jinja import inner, wrap
+from noetl.dsl.migrate.jinja import inner, rewrite, wrap
 from noetl.dsl.migrate.routing import router, structural
 from noetl.dsl.migrate.steps import _loop, _tool_shape
 from noetl.dsl.migrate.upstream_detect import UPSTREAM_KINDS
@@ -240,6 +240,7 @@ class Upstream:
         it = self._iterator(step)
         if iterator and it:
             out[it] = f"iter.{it}"
+            out["_index"] = "iter.index"  # upstream's loop index
         return out
 
     def _name_notes(self) -> None:
@@ -688,6 +689,8 @@ class Upstream:
                 "output": "event",
             }
         )
+        done = "loop.done" if f.loop else "step.done"
+        events = {"call.done": done, "step.exit": done, "call.error": "step.failed"}
         for k, arc in enumerate(arcs):
             if not isinstance(arc, dict):
                 continue
@@ -695,8 +698,17 @@ class Upstream:
             for key in ("when", "args"):
                 if key in arc:
                     arc[key] = rename(arc[key], dict(renames))
-            if "when" in arc:
-                arc["when"] = undefined_false(arc["when"])
+            if isinstance(arc.get("when"), str):
+                when = rewrite(
+                    arc["when"], {}, lambda e: f"event.name == '{events[e]}'" if e in events else None
+                )
+                if when != arc["when"]:
+                    self.m.did(
+                        (*at, "when"),
+                        "upstream's events in an arc (`call.done`, `call.error`, "
+                        f"`step.exit`) are this engine's `{done}` / `step.failed`",
+                    )
+                arc["when"] = undefined_false(when)
             if "set" in arc:
                 self._arc_set(arc, at, rename(arc.pop("set"), dict(renames)))
 
