@@ -154,6 +154,23 @@ def test_templated_set_keys_move_to_set_ctx_with_nested_and_dotted_forms() -> No
         ("""
         workflow:
           - step: start
+            tool: {kind: http, url: "http://x", input: {page: 2}}
+        """, "input `page`"),
+        ("""
+        workflow:
+          - step: start
+            loop: {in: [1, 2], iterator: n, spec: {mode: cursor}}
+            tool: {kind: noop, input: {a: 1}, result: "{{ a }}"}
+        """, "`cursor` mode"),
+        ("""
+        workflow:
+          - step: start
+            loop: {in: [1, 2], iterator: n, spec: {mode: parallel, max_in_flight: "{{ ctx.n }}"}}
+            tool: {kind: noop, input: {a: 1}, result: "{{ a }}"}
+        """, "write a number"),
+        ("""
+        workflow:
+          - step: start
             loop: {in: [1, 2], iterator: n, spec: {mode: parallel}}
             tool: {kind: noop, input: {a: 1}}
             set: {ctx.last: "{{ n }}"}

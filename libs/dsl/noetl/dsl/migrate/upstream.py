@@ -27,6 +27,7 @@ exit 2), never dropped silently.
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path as FsPath
 from typing import Any
@@ -307,12 +308,13 @@ class Upstream:
     def _task(self, step: dict[str, Any], path: Path, label: str, task: dict[str, Any], where: Path) -> None:
         m = self.m
         kind = task.get("kind")
+        acts = self._template_kind(task) if kind == "workbook" else kind  # what the task runs
         loop = isinstance(step.get("loop"), dict)
         spec = (step.get("loop") or {}).get("spec") if loop else None
         parallel = isinstance(spec, dict) and spec.get("mode") == "parallel"
         base = self.base_renames(step)
         inputs = task.get("input")
-        if "input" in task and kind in ARGS_KINDS:
+        if "input" in task and acts in ARGS_KINDS:
             _put_at(task, "input", "args", task.get("args") if isinstance(task.get("args"), dict) else {})
         task.pop("input", None)
         if inputs is not None and not isinstance(inputs, dict):
@@ -324,7 +326,7 @@ class Upstream:
             kind = task.get("kind")
         # the task's own templates, before anything the migration adds
         inline: dict[str, str] = {}
-        if kind not in ARGS_KINDS and inputs:
+        if acts not in ARGS_KINDS and inputs:
             for key, value in inputs.items():
                 expr = inner(value) if isinstance(value, str) and value.strip().startswith("{{") else None
                 text = f"({expr})" if expr is not None else _literal(value)
@@ -338,18 +340,33 @@ class Upstream:
                 inline[key] = text
                 inline[f"input.{key}"] = text
         renames = {**base, **inline}
+        before_inline = {k: v for k, v in task.items() if k not in ("name", "kind", "spec", "code")}
+        before_inline = copy.deepcopy(before_inline)
         for key in list(task):
             if key not in ("code", "name", "kind", "spec", "input", "libs", "script"):
                 task[key] = rename(task[key], dict(renames))
-        if kind in ARGS_KINDS and inputs:
+        if acts in ARGS_KINDS and inputs:
             args = task.get("args") if isinstance(task.get("args"), dict) else {}
             task["args"] = {**args, **inputs}
             m.did((*where, "input"), f"task `input` became the `args` of the `kind: {kind}` task")
         elif inline:
+            unread = sorted(set(inputs) - names_read(before_inline, set(inputs)) - _input_refs(before_inline))
+            for key in unread:
+                m.cannot(
+                    (*where, "input", key),
+                    f"input `{key}` of a `kind: {kind}` task is read by none of its fields, and this kind "
+                    "takes no inputs: write the value into the field the tool reads (`params`, `json`, ...)",
+                )
             m.did(
                 (*where, "input"),
                 f"task `input` was inlined into the templates of the `kind: {kind}` task (this kind "
                 "takes no inputs)",
+            )
+        if kind == "workbook" and "task" not in task and isinstance(task.get("name"), str):
+            task["task"] = task["name"]
+            m.did(
+                (*where, "name"),
+                f"`kind: workbook` names its template by `name` upstream: `task: {task['name']}`",
             )
         if kind == "python":
             self._python(step, task, where)
@@ -394,6 +411,14 @@ class Upstream:
                 f"`kind: {kind}` is an upstream tool this engine does not build: replace the task with "
                 "python, http or a sub-playbook that does the same",
             )
+
+    def _template_kind(self, task: dict[str, Any]) -> str | None:
+        book = self.doc.get("workbook")
+        tasks = book.get("tasks") if isinstance(book, dict) else None
+        ref = task.get("task", task.get("name"))
+        template = tasks.get(ref) if isinstance(tasks, dict) and isinstance(ref, str) else None
+        kind = template.get("kind") if isinstance(template, dict) else None
+        return kind if isinstance(kind, str) else None
 
     def _shell(self, task: dict[str, Any], where: Path) -> None:
         task["kind"] = "script"
@@ -912,10 +937,69 @@ class Upstream:
 
     # -- all of it ------------------------------------------------------------------------
 
+    def _workbook(self) -> None:
+        """Upstream's `workbook` is a list of named tasks (`- name: x, kind: python, ...`, or the
+        older `tool: python`); here it is `workbook.tasks` keyed by name."""
+        book = self.doc.get("workbook")
+        if not isinstance(book, list):
+            return
+        tasks: dict[str, Any] = {}
+        for n, entry in enumerate(book):
+            name = entry.get("name", entry.get("task")) if isinstance(entry, dict) else None
+            if not isinstance(name, str):
+                self.m.cannot(("workbook", n), "a `workbook` entry without a `name`: name it")
+                continue
+            body = {
+                k: v for k, v in entry.items() if k not in ("name", "task", "desc", "description", "assert")
+            }
+            tool = body.pop("tool", None)
+            if isinstance(tool, dict):
+                body = {**tool, **body}
+            elif isinstance(tool, str) and "kind" not in body:
+                body = {"kind": tool, **body}
+            if "type" in body and "kind" not in body:
+                body = {"kind": body.pop("type"), **body}
+            tasks[name] = body
+        self.doc["workbook"] = {"tasks": tasks}
+        self.m.did(("workbook",), "`workbook` as a list of named tasks became `workbook.tasks` keyed by name")
+
+    def _loop_knobs(self, step: dict[str, Any], path: Path) -> None:
+        loop = step.get("loop")
+        spec = loop.get("spec") if isinstance(loop, dict) else None
+        if not isinstance(spec, dict):
+            return
+        if spec.get("mode") == "cursor":
+            self.m.cannot(
+                (*path, "loop", "spec", "mode"),
+                "loop `cursor` mode (upstream claims rows from a cursor as it goes) has no translation: "
+                "page with a `jump` rule and `set_iter` (docs/examples/pagination.yaml), or loop over "
+                "a claimed list",
+            )
+        value = spec.get("max_in_flight")
+        if isinstance(value, str) and "{{" in value:
+            key = inner(value)
+            known = key.removeprefix("workload.")
+            default = (self.doc.get("workload") or {}).get(known) if known.isidentifier() else None
+            if isinstance(default, int) and not isinstance(default, bool):
+                spec["max_in_flight"] = default
+                self.m.did(
+                    (*path, "loop", "spec", "max_in_flight"),
+                    f"templated `max_in_flight` became the workload's value {default} (a spec is not "
+                    "rendered here; a payload that changes it no longer does)",
+                )
+            else:
+                self.m.cannot(
+                    (*path, "loop", "spec", "max_in_flight"),
+                    "a templated `max_in_flight` has no translation (a spec is not rendered here): "
+                    "write a number",
+                )
+
     def run(self) -> None:
         self._pending_sets: dict[str, list[str]] = {}
+        self._workbook()
         for step in self.steps:
             self._shape(step, self.paths[id(step)])
+            self._loop_knobs(step, self.paths[id(step)])
         self._facts()
         for step in self.steps:
             self._inputs(step, self.paths[id(step)])
@@ -972,6 +1056,11 @@ def undefined_false(when: Any) -> Any:
     ):
         return wrap(f"({expr}) | default(false)")
     return when
+
+
+def _input_refs(value: Any) -> set[str]:
+    """Keys read as `input.<key>` in the templates of ``value``."""
+    return {m.group(1) for text in strings(value) for m in re.finditer(r"(?<![\w.])input\.(\w+)", text)}
 
 
 def _put_at(mapping: dict[str, Any], old: str, new: str, value: Any) -> None:
