@@ -263,6 +263,19 @@ class Upstream:
                 self.m.did(path, f"step results read by the step's name ({listed}) → `ctx.<step>`")
             if bare:
                 self.m.did(path, f"the loop iterator read as a bare name (`{it}`) → `iter.{it}`")
+            text = " ".join(strings(body))
+            for name in sorted(results | ({own} if own in self.captured or "set" in step else set())):
+                kind = self.facts[name].kind
+                shapes = re.findall(
+                    rf"(?<![\w.]){re.escape(name)}\.(status_code|body|command_\d+|row_count)\b", text
+                )
+                if shapes:
+                    listed = ", ".join(f"`{name}.{x}`" for x in sorted(set(shapes)))
+                    self.m.did(
+                        path,
+                        f"{listed}: upstream's {kind} result shape, read here as this engine's "
+                        "(`status`, `data`; a SQL task's last statement `rows`, `rowcount`)",
+                    )
 
     def _find_captures(self) -> None:
         """A step's result is kept in ctx when a later step reads it by name (in a template, or
