@@ -86,8 +86,14 @@ def upstream_hint(text: str, file: str) -> Problem | None:
         return None
     return Problem(
         file,
-        next((src.lines[p] for p in (signals[0][0][:k] for k in range(len(signals[0][0]), 0, -1))
-              if p in src.lines), 1),
+        next(
+            (
+                src.lines[p]
+                for p in (signals[0][0][:k] for k in range(len(signals[0][0]), 0, -1))
+                if p in src.lines
+            ),
+            1,
+        ),
         "",
         f"this is upstream NoETL's dialect ({describe_signals(signals, src.lines)}): translate it "
         f"with `noetl migrate --from upstream {file} -o <new.yaml>` and validate the result",

@@ -547,6 +547,13 @@ class Upstream:
                 (*where, "input_data"),
                 "python `input_data` became the input `args.input_data` (the code reads it as `input_data`)",
             )
+        if isinstance(task.get("libs"), list):
+            listed = task.pop("libs")
+            m.did(
+                (*where, "libs"),
+                f"python `libs` given as a list ({', '.join(map(str, listed))}) is ignored upstream (its "
+                "worker imports only a mapping alias: module): removed; install the packages on the worker",
+            )
         if "libs" in task:
             lines, problem = libs_imports(task["libs"])
             if problem:
@@ -608,6 +615,15 @@ class Upstream:
         return out
 
     def _auth(self, task: dict[str, Any], where: Path) -> None:
+        if (
+            "auth" not in task
+            and isinstance(task.get("credential"), str)
+            and task.get("kind") in (*SQL, "http")
+        ):
+            _put_at(task, "credential", "auth", task["credential"])
+            self.m.did(
+                (*where, "credential"), "`credential` (upstream's name for the connection) became `auth`"
+            )
         auth = task.get("auth")
         name = None
         if isinstance(auth, str) and "{{" not in auth:

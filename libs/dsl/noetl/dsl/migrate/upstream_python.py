@@ -25,8 +25,6 @@ PRELOADED = ("os", "json", "datetime", "uuid")
 def libs_imports(libs: Any) -> tuple[list[str], str | None]:
     """The import lines a `libs` value stands for, or why it cannot be read."""
     lines: list[str] = []
-    if isinstance(libs, list):
-        libs = {str(x): str(x) for x in libs}
     if not isinstance(libs, dict):
         return [], "`libs` is neither a mapping (alias: module) nor a list of modules"
     for alias, module in libs.items():
