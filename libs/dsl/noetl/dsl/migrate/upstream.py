@@ -179,10 +179,38 @@ class Upstream:
                 self.paths[id(step)] = m.origin(doc["workflow"], i) or ("workflow", i)
         workload = doc.get("workload")
         self.workload = {k for k in workload if isinstance(k, str)} if isinstance(workload, dict) else set()
+        self.templated = self._templated_workload(workload if isinstance(workload, dict) else {})
         self.facts: dict[str, StepFacts] = {}
         self.captured: set[str] = set()
         self.auth: dict[str, str] = {}
         self.base = FsPath(m.file).parent if m.file and not m.file.startswith("<") else None
+
+    def _templated_workload(self, workload: dict[str, Any]) -> dict[str, str]:
+        """Workload values that are one template (`run: "{{ job.uuid }}"`): upstream renders them
+        when the execution starts, this engine never renders the workload, so each use reads the
+        expression instead (payload names and workload keys in it translated too)."""
+        out: dict[str, str] = {}
+        plain = {k for k, v in workload.items() if not (isinstance(v, str) and "{{" in v)}
+        renames = {k: f"workload.{k}" for k in plain if isinstance(k, str) and k not in NAMESPACES}
+        renames.update({"payload": "workload", "job.uuid": "execution_id", "job.id": "execution_id"})
+        for key, value in workload.items():
+            if not (isinstance(key, str) and isinstance(value, str) and "{{" in value):
+                continue
+            expr = inner(value)
+            if expr == value.strip():
+                self.m.did(
+                    ("workload", key),
+                    f"workload `{key}` mixes text and a template: upstream renders "
+                    "it, this engine does not: it is kept as written",
+                )
+                continue
+            out[key] = f"({inner(str(rename(wrap(expr), dict(renames))))})"
+            self.m.did(
+                ("workload", key),
+                f"workload `{key}` is a template upstream renders at the start: its uses read "
+                f"`{out[key]}` (a payload value for `{key}` no longer replaces it)",
+            )
+        return out
 
     # -- structure first: tool shape, loop knobs, next lists ----------------------------------
 
@@ -231,9 +259,19 @@ class Upstream:
         own = str(step.get("step"))
         labels = set(self.facts[own].labels) if own in self.facts else set()
         out: dict[str, str] = {}
+        # upstream's request payload and job id: here the payload is merged into `workload`
+        for name, target in (
+            ("payload", "workload"),
+            ("job.uuid", "execution_id"),
+            ("job.id", "execution_id"),
+        ):
+            if name.split(".")[0] not in self.workload and name.split(".")[0] not in labels:
+                out[name] = target
         for key in self.workload:
             if key not in NAMESPACES and key not in labels:
-                out[key] = f"workload.{key}"
+                out[key] = self.templated.get(key, f"workload.{key}")
+        for key, expr in self.templated.items():
+            out[f"workload.{key}"] = expr
         for name in self.captured:
             if name != own and name not in labels:
                 f = self.facts[name]
@@ -1050,6 +1088,18 @@ class Upstream:
         self._barriers()
         self._keychain()
         self._check_commands()
+        self._check_env()
+
+    def _check_env(self) -> None:
+        for step in self.steps:
+            text = " ".join(strings({k: v for k, v in step.items() if k not in ("step", "desc")}))
+            for region in re.findall(r"\{\{.*?\}\}|\{%.*?%\}", text, re.S):
+                for name in sorted(set(re.findall(r"(?<![\w.])env\.(\w+)", region))):
+                    self.m.cannot(
+                        self.paths[id(step)],
+                        f"`env.{name}`: upstream's templates read the process environment, this engine's "
+                        "cannot (they are sandboxed): put the value in the workload or the request payload",
+                    )
 
     def _check_commands(self) -> None:
         for name, f in self.facts.items():
