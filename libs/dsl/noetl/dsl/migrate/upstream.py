@@ -28,6 +28,7 @@ exit 2), never dropped silently.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path as FsPath
 from typing import Any
@@ -1151,11 +1152,24 @@ def _put_at(mapping: dict[str, Any], old: str, new: str, value: Any) -> None:
 
 
 def _literal(value: Any) -> str | None:
-    import json
-
-    if isinstance(value, str) and "{{" in value:
-        return None
-    return json.dumps(value)
+    """``value`` as a Jinja literal (None when it holds a template: that is no literal)."""
+    if isinstance(value, str):
+        return None if "{{" in value or "{%" in value else json.dumps(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        items = [_literal(v) for v in value]
+        return None if None in items else "[" + ", ".join(str(i) for i in items) + "]"
+    if isinstance(value, dict):
+        pairs = [(json.dumps(str(k)), _literal(v)) for k, v in value.items()]
+        return (
+            None if any(v is None for _, v in pairs) else "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
+        )
+    return None
 
 
 def translate_upstream(m: Migrator, doc: dict[str, Any]) -> None:
