@@ -1063,6 +1063,9 @@ class Upstream:
                 )
 
     def run(self) -> None:
+        """The order matters: structure first (so tasks and arcs are where they will be), then the
+        facts the names depend on (which step results are read later), then every template is
+        renamed once, from the upstream text, before the migration adds templates of its own."""
         self._pending_sets: dict[str, list[str]] = {}
         self._workbook()
         for step in self.steps:

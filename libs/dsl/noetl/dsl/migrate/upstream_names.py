@@ -89,6 +89,7 @@ _PROBE = "\x00"
 
 
 def strings(value: Any) -> list[str]:
+    """Every string inside ``value``: the places a template can be."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, dict):

@@ -131,6 +131,7 @@ def read_script(script: Any, base: FsPath | None) -> tuple[str | None, str]:
 
 
 def decode_b64(task: dict[str, Any]) -> str | None:
+    """The source upstream's `code_b64` / `code_base64` carries (None when absent or not base64)."""
     for key in ("code_b64", "code_base64"):
         if isinstance(task.get(key), str):
             try:
