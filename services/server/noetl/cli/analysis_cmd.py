@@ -4,7 +4,8 @@ Exit codes (each command's page in docs/ repeats them):
 
     check    0 clean or warnings only (1 with --strict), 1 errors found, 2 a file is invalid
     compile  0 the compiled playbook is valid, 2 it is not (or the sugar itself is wrong)
-    migrate  0 the output is a valid v10 playbook, 1 it is written but still invalid, 2 unreadable input
+    migrate  0 the output is a valid v10 playbook, 1 it is written but still invalid, 2 unreadable input,
+             or an upstream NoETL playbook with a construct that has no translation (nothing written)
     graph    0 drawn, 1 the execution has no events, 2 the playbook is invalid, is not the one the
              execution ran, or (without FILE) its text is nowhere to be found
     test     0 every case passed, 1 a case failed, 2 the folder holds no case
