@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -19,7 +20,7 @@ from noetl.dsl.migrate import migrate_text
 HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: u}\n"
 
 
-def migrate(body: str, dialect: str = "upstream") -> tuple[dict, list[str], object]:
+def migrate(body: str, dialect: str = "upstream") -> tuple[dict[str, Any], list[str], Any]:
     text = HEAD + textwrap.dedent(body).lstrip("\n")
     result = migrate_text(text, "u.yaml", dialect=dialect)
     assert result.text is not None

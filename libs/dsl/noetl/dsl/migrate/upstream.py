@@ -328,7 +328,7 @@ class Upstream:
                 code = task.get("code")
                 if task.get("kind") == "python" and isinstance(code, str):
                     params = main_params(code) or []
-                    args = task.get("args") if isinstance(task.get("args"), dict) else {}
+                    args = (_d if isinstance(_d := task.get("args"), dict) else {})
                     given = set(args) | set(task.get("input") or {})
                     reads |= {p for p in params if p in others and p not in given}
             self.captured |= reads
@@ -346,7 +346,7 @@ class Upstream:
             )
             return
         for _, task, _ in self._tasks(step, path):
-            mine = task.get("input") if isinstance(task.get("input"), dict) else {}
+            mine = (_d if isinstance(_d := task.get("input"), dict) else {})
             task["input"] = {**values, **mine}
         if not step.get("tool"):
             self.m.cannot(
@@ -367,7 +367,7 @@ class Upstream:
         base = self.base_renames(step)
         inputs = task.get("input")
         if "input" in task and acts in ARGS_KINDS:
-            _put_at(task, "input", "args", task.get("args") if isinstance(task.get("args"), dict) else {})
+            _put_at(task, "input", "args", (_d if isinstance(_d := task.get("args"), dict) else {}))
         task.pop("input", None)
         if inputs is not None and not isinstance(inputs, dict):
             m.cannot((*where, "input"), "task `input` is not a mapping: write it as `input: {name: value}`")
@@ -398,7 +398,7 @@ class Upstream:
             if key not in ("code", "name", "kind", "spec", "input", "libs", "script"):
                 task[key] = rename(task[key], dict(renames))
         if acts in ARGS_KINDS and inputs:
-            args = task.get("args") if isinstance(task.get("args"), dict) else {}
+            args = (_d if isinstance(_d := task.get("args"), dict) else {})
             task["args"] = {**args, **inputs}
             m.did((*where, "input"), f"task `input` became the `args` of the `kind: {kind}` task")
         elif inline:
@@ -579,7 +579,7 @@ class Upstream:
             m.did((*where, "code_b64"), "base64 `code_b64` was decoded into `code`")
         if not isinstance(code, str):
             return
-        args = task.get("args") if isinstance(task.get("args"), dict) else {}
+        args = (_d if isinstance(_d := task.get("args"), dict) else {})
         if "input_data" in task:
             args["input_data"] = rename(task.pop("input_data"), self.base_renames(step))
             m.did(
@@ -717,7 +717,7 @@ class Upstream:
         for key, scope in (("set_ctx", "ctx"), ("set_iter", "iter")):  # upstream's older spelling
             if isinstance(step.get(key), dict):
                 values = step.pop(key)
-                merged = step.get("set") if isinstance(step.get("set"), dict) else {}
+                merged = (_d if isinstance(_d := step.get("set"), dict) else {})
                 step["set"] = {**merged, **{f"{scope}.{k}": v for k, v in values.items()}}
         if "set" not in step:
             return
@@ -825,7 +825,7 @@ class Upstream:
                 "once per iteration here; move the `set` to the source step's `set`",
             )
             return
-        args = arc.get("args") if isinstance(arc.get("args"), dict) else {}
+        args = (_d if isinstance(_d := arc.get("args"), dict) else {})
         args["_set"] = writes["set_ctx"]
         arc["args"] = args
         keys = self._pending_sets.setdefault(str(target["step"]), [])
