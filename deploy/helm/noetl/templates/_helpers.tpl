@@ -376,13 +376,26 @@ pullPolicy: {{ $own.pullPolicy | default $v.pullPolicy }}
 {{- end }}
 
 {{/*
+A pool's block (autoscaling, keda): the worker-wide one with the pool's own keys set over it.
+Key by key, not sprig's merge, which lets no `false` of the pool override a worker-wide `true`.
+Input: (dict "ctx" $ "pool" POOL "key" NAME). Output: YAML map.
+*/}}
+{{- define "noetl.poolBlock" -}}
+{{- $out := deepCopy ((get .ctx.Values.worker .key) | default dict) }}
+{{- range $k, $v := ((get .pool .key) | default dict) }}
+{{- $_ := set $out $k $v }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+
+{{/*
 Whether a pool's replica count is left to an autoscaler (HPA or KEDA): the Deployment then
 names no `replicas`, or every upgrade would reset what the autoscaler chose.
 Input: (dict "ctx" $ "pool" POOL). Output: "hpa", "keda" or "".
 */}}
 {{- define "noetl.poolScaler" -}}
-{{- $hpa := merge (dict) (.pool.autoscaling | default dict) (.ctx.Values.worker.autoscaling | default dict) }}
-{{- $keda := merge (dict) (.pool.keda | default dict) (.ctx.Values.worker.keda | default dict) }}
+{{- $hpa := include "noetl.poolBlock" (dict "ctx" .ctx "pool" .pool "key" "autoscaling") | fromYaml }}
+{{- $keda := include "noetl.poolBlock" (dict "ctx" .ctx "pool" .pool "key" "keda") | fromYaml }}
 {{- if and $hpa.enabled $keda.enabled }}
 {{- fail (printf "worker pool %q: autoscaling (HPA) and keda are both enabled; KEDA makes an HPA of its own, choose one" .pool.name) }}
 {{- end }}
