@@ -32,7 +32,7 @@ def valid(values: dict[str, Any]) -> list[dict[str, Any]]:
     return docs
 
 
-OPTIONS = {
+OPTIONS: dict[str, dict[str, Any]] = {
     "keda": {"worker": {"keda": {"enabled": True, "natsMonitoringEndpoint": "nats-headless.nats:8222"}}},
     "keda-bundled-nats": {
         "nats": {"enabled": True},
