@@ -259,3 +259,49 @@ def test_renders_are_stable_with_an_existing_secret() -> None:
     assert render(values) == render(values)
     # without it, each `helm template` makes new tokens (an install or upgrade keeps them)
     assert render({}) != render({})
+
+
+def test_the_vendored_nats_chart_installs_offline_with_a_valid_config(tmp_path) -> None:
+    """`helm install` from the repository: the declared dependency is in charts/ (Helm's check
+    ignores `condition:`), nats-server 2.15.1 by default, and its rendered nats.conf is one
+    nats-server accepts (`nats-server -t`)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.helm.chart import CHART_DIR
+
+    deps = {d["name"]: d["status"] for d in helm.dependency_list(str(CHART_DIR))}
+    assert deps == {"nats": "unpacked"}, deps
+    for values in (
+        {"nats": {"enabled": True}},
+        {"nats": {"enabled": True, "config": {"jetstream": {"merge": {"sync_interval": "always"}}}}},
+        {
+            "nats": {
+                "enabled": True,
+                "config": {
+                    "cluster": {"enabled": False},
+                    "jetstream": {"memoryStore": {"enabled": True, "maxSize": "2Gi"}},
+                },
+            }
+        },
+    ):
+        docs = valid(values)
+        sts = named(docs, "StatefulSet", "noetl-nats")
+        assert container(sts)["image"] == "nats:2.15.1-alpine"
+        conf = named(docs, "ConfigMap", "noetl-nats-config")["data"]["nats.conf"]
+        conf = conf.replace("/var/run/nats/nats.pid", str(tmp_path / "nats.pid")).replace(
+            '"/data"', f'"{tmp_path}"'
+        )
+        (tmp_path / "nats.conf").write_text(conf)
+        binary = Path(sys.executable).with_name("nats-server")
+        env = {**os.environ, "SERVER_NAME": "noetl-nats-0"}
+        check = subprocess.run(
+            [str(binary), "-c", str(tmp_path / "nats.conf"), "-t"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+        )
+        assert check.returncode == 0, check.stderr
