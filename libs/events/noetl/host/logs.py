@@ -115,6 +115,8 @@ def configure(level: str | None = None, fmt: str | None = None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # Python's warnings as log records too: with JSON logs nothing plain is mixed into stderr
+    logging.captureWarnings(True)
 
 
 bind = structlog.contextvars.bind_contextvars

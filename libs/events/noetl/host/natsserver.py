@@ -202,7 +202,3 @@ def _sync_interval_env() -> str | None:
 
     value: str | None = setting("nats_sync_interval")
     return value
-
-
-def env_nats_url(default: str | None = None) -> str | None:
-    return os.environ.get("NOETL_NATS_URL", default)

@@ -241,7 +241,7 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
             svc,
             http_host=args.http_host,
             http_port=http_port if role == "server" else -1,
-            insecure=True if getattr(args, "insecure", False) else None,
+            insecure=True if getattr(args, "insecure", False) or setting("api_insecure") else None,
             listener=listener,
         )
         _say(role, f"running against {where}", nats=where)
@@ -300,6 +300,11 @@ def _run_service(args: argparse.Namespace, role: str) -> int:
     except DeploymentError as e:
         _refuse(role, e.message)
         return 2
+    except Exception:  # a bug: its traceback as one log record (JSON lines stay JSON lines)
+        import logging
+
+        logging.getLogger(f"noetl.{role}").exception("stopped by an unexpected error")
+        return 1
     return 0
 
 
