@@ -220,6 +220,9 @@ class Settings(BaseSettings):
         return init_settings, env_settings, _FileSource(settings_cls)
 
 
+_FILES: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+
 class _FileSource(PydanticBaseSettingsSource):
     """The file ``NOETL_CONFIG`` names (YAML or JSON mapping), weaker than the environment."""
 
@@ -231,6 +234,10 @@ class _FileSource(PydanticBaseSettingsSource):
         if not path:
             return {}
         try:
+            info = os.stat(path)
+            stamp = (path, info.st_mtime_ns, info.st_size)
+            if stamp in _FILES:  # read again only when it changed: settings are read often
+                return dict(_FILES[stamp])
             text = Path(path).read_text()
         except OSError as e:
             raise SettingsError(f"{CONFIG_ENV}={path}: cannot read: {e.strerror}") from None
@@ -255,7 +262,9 @@ class _FileSource(PydanticBaseSettingsSource):
             if name not in Settings.model_fields:
                 raise SettingsError(f"{CONFIG_ENV}={path}: unknown setting {key!r}")
             out[name] = value
-        return out
+        _FILES.clear()
+        _FILES[stamp] = out
+        return dict(out)
 
 
 def variable(field: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
@@ -18,6 +18,10 @@ from prometheus_client.process_collector import ProcessCollector
 from noetl.events.histogram import Histogram
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# No `<counter>_created` gauge beside every counter and histogram: a series per label set that
+# no dashboard reads (Prometheus' own exposition does not have them either)
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 def process_registry() -> CollectorRegistry:
