@@ -490,7 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(fn=cmd_schema)
 
-    p = sub.add_parser("server", help="run the control plane")
+    raw = argparse.RawDescriptionHelpFormatter
+    p = sub.add_parser("server", help="run the control plane", epilog=help_text(), formatter_class=raw)
     p.add_argument("--nats-url", default=nats_url, help="NATS URL, or a comma-separated list of a cluster's")
     p.add_argument(
         "--partitions",
@@ -514,7 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(fn=cmd_server)
 
-    p = sub.add_parser("worker", help="run a worker for a pool")
+    p = sub.add_parser("worker", help="run a worker for a pool", epilog=help_text(), formatter_class=raw)
     p.add_argument("--nats-url", default=nats_url, help="NATS URL, or a comma-separated list of a cluster's")
     _add_replicas(p)
     p.add_argument(
