@@ -129,6 +129,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # what tasks print always reaches stderr; the live view only a person at a terminal
     progress = Progress(sys.stderr, live=wanted(args.json))
+    from noetl.events import tracing
+
+    tracing.configure_from_env("noetl-run")  # OTEL_EXPORTER_OTLP_ENDPOINT: the run's trace too
     try:
         with signals_interrupt(signal.SIGTERM, signal.SIGHUP):
             out = asyncio.run(
@@ -156,6 +159,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             err = TimeoutError_(f"no workflow.finished within {args.timeout} s").to_dict()
             print(json.dumps({"status": "failed", "error": err}))
         return 1
+    finally:
+        tracing.shutdown()  # the run's spans are flushed before the process ends
     if args.json:
         print(json.dumps(out, default=str))
     else:
