@@ -97,3 +97,27 @@ def test_a_w3c_trace_id_from_the_request_is_kept() -> None:
     assert tracing.trace_int(w3c) == int(w3c, 16)
     assert tracing.trace_int("exec-1") == tracing.trace_int("exec-1") != tracing.trace_int("exec-2")
     assert tracing.traceparent(w3c, 1) == f"00-{w3c}-0000000000000001-01"
+
+
+def test_an_otlp_endpoint_turns_tracing_on_or_says_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import importlib.util
+
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+    try:
+        on = tracing.configure_from_env("noetl-test")
+        try:
+            installed = importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is not None
+        except ModuleNotFoundError:
+            installed = False
+        if not installed:
+            assert on is False and not tracing.enabled()
+            assert "pip install 'noetl-jetstream[otlp]'" in caplog.text
+        else:
+            assert on is True and tracing.enabled()
+    finally:
+        tracing.shutdown()
+    assert not tracing.enabled()
