@@ -44,6 +44,8 @@ _SIZE = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
 class SettingsError(DeploymentError):
     """A setting with a value it cannot take; the message is one line naming the variable."""
 
+    kind = "settings_invalid"
+
 
 def parse_duration(value: Any) -> float:
     """Seconds from ``500ms``, ``30`` (seconds), ``30s``, ``5m``, ``12h``, ``30d``, ``1w``."""
