@@ -253,6 +253,13 @@ class ForbiddenError(NoetlError):
     kind = "forbidden"
 
 
+class CatalogConflictError(NoetlError):
+    """A catalog write that would replace what is there: a version once written keeps its text,
+    and a path is stored under a key no other path maps to."""
+
+    kind = "catalog_conflict"
+
+
 def reply_error(err: NoetlError) -> dict[str, Any]:
     """The ``{"error": {kind, message}}`` body of an API or NATS-service refusal."""
     return {"error": {"kind": err.kind, "message": err.message, **err.details}}

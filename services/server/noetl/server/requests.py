@@ -14,6 +14,7 @@ from noetl.dsl.cache import digest_of, parse_playbook
 from noetl.dsl.errors import (
     CredentialScopeError,
     ExecutionFinishedError,
+    ForbiddenError,
     NoSuchEntityError,
     PlaybookInvalidError,
     RequestInvalidError,
@@ -34,6 +35,7 @@ from noetl.events.nats_port import as_bus
 from noetl.events.port import store_all
 from noetl.store.catalog import MAX_MESSAGE_BYTES, Catalog
 from noetl.store.credentials import scope_allows
+from noetl.store.principals import Principal, namespace_of
 
 log = logging.getLogger("noetl.server")
 
@@ -54,6 +56,13 @@ def _depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH + 1) -> int:
     return deepest
 
 
+def _principal_name(req: dict[str, Any]) -> str:
+    """Who sent a cancel, signal, pause or resume: the principal the API or NATS service vouched
+    for, else ``nats`` (a client of ``noetl.requests.*`` itself, whom NATS's permissions admit)."""
+    name = req.get("principal")
+    return name[:100] if isinstance(name, str) and name else "nats"
+
+
 class RequestHandler:
     def __init__(self, bus: Any, catalog: Catalog, credentials: Any, partitions: int = 1) -> None:
         self.bus = as_bus(bus)
@@ -61,10 +70,27 @@ class RequestHandler:
         self.credentials = credentials
         self.partitions = partitions
 
-    async def handle(self, data: bytes, msg_id: str | None = None) -> dict[str, Any]:
-        """Validate and record one request. Returns ``{execution_id}`` or ``{error, problems}``."""
+    async def handle(
+        self,
+        data: bytes,
+        msg_id: str | None = None,
+        *,
+        principal: Principal | None = None,
+        scheduled: bool = False,
+    ) -> dict[str, Any]:
+        """Validate and record one request. Returns ``{execution_id}`` or ``{error, problems}``.
+
+        ``principal``: the caller, for a request from the HTTP API, the NATS service or the
+        console. Such a request may not set the fields only the server and workers set
+        (``schedule``, ``parent_*``, ``execution_id``, a ``schedule.*`` request id), and is refused
+        (``forbidden``, nothing recorded) unless the principal may write the playbook's namespace.
+        Without one the request came over ``noetl.requests.execute``, whose publishers NATS's
+        permissions vouch for (workers starting children); even there a schedule's fields are the
+        scheduler's alone (``scheduled``, in this process).
+        """
         try:
             req = self._parse(data)
+            self._check_reserved(req, msg_id, principal, scheduled)
         except RequestInvalidError as e:
             log.warning("request rejected: %s", e.message)
             known = self._known_id(data, msg_id)
@@ -90,13 +116,22 @@ class RequestHandler:
             await self._reject(execution_id, partition, e.to_dict(), req)
             return {"execution_id": execution_id, "error": e.to_dict()}
         digest = digest_of(text)
-        missing, refused = [], []
         origin = None if req.get("playbook") else str(req["path"])  # what the request can prove
+        claimed = playbook.metadata.path or playbook.metadata.name  # an inline playbook's own word
+        namespace = namespace_of(origin if origin is not None else claimed)
+        if principal is not None and not principal.may("write", namespace):
+            err = ForbiddenError(
+                f"principal {principal.name!r} ({principal.role}) may not start executions in namespace "
+                f"{namespace!r}"
+            )
+            log.warning("request for %s refused: %s", execution_id, err.message)
+            return {"error": err.to_dict()}  # nothing recorded: the namespace is not the caller's
+        missing, refused = [], []
         for entry in playbook.keychain:
             scope = await self.credentials.scope(entry.name) if self.credentials is not None else None
             if scope is None:
                 missing.append(entry.name)
-            elif not scope_allows(scope, origin):
+            elif not scope_allows(scope, origin, digest):
                 refused.append(entry.name)
         if refused:
             where = "an inline playbook" if origin is None else f"catalog path {origin!r}"
@@ -130,6 +165,8 @@ class RequestHandler:
                 "keychain_missing": missing,
                 "partition": partition,
                 "request_id": request_id,
+                "namespace": namespace,
+                **({"principal": principal.record()} if principal is not None else {}),
                 **({"schedule": req["schedule"]} if req.get("schedule") else {}),
                 **({"parent_iter": req["parent_iter"]} if req.get("parent_iter") is not None else {}),
             },
@@ -143,6 +180,29 @@ class RequestHandler:
         subject = s.event_subject(partition, execution_id, event["name"])
         await store_all(self.bus, [(subject, data, event["event_id"])])
         return {"execution_id": execution_id}
+
+    @staticmethod
+    def _check_reserved(
+        req: dict[str, Any], msg_id: str | None, principal: Principal | None, scheduled: bool
+    ) -> None:
+        """The fields whose value is the server's or a worker's word, refused from anyone else:
+        a ``schedule.<name>.<due>`` request id would squat a schedule's next fire, and ``schedule``
+        or ``parent_*`` would list an execution under a schedule or a parent it has nothing to do
+        with."""
+        if scheduled:
+            return
+        request_id = str(req.get("request_id") or msg_id or "")
+        if request_id.startswith("schedule.") or req.get("schedule") is not None:
+            raise RequestInvalidError(
+                "request ids `schedule.*` and the field `schedule` are the scheduler's: leave them out"
+            )
+        if principal is not None:
+            taken = sorted(k for k in ("parent_execution_id", "parent_iter", "execution_id") if k in req)
+            if taken:
+                raise RequestInvalidError(
+                    f"request field{'s' if len(taken) > 1 else ''} {', '.join(taken)} "
+                    "are set by the server and workers only: leave them out"
+                )
 
     async def _already_requested(self, execution_id: str) -> bool:
         """The same request id runs once, also after JetStream's duplicate window has passed."""
@@ -179,7 +239,10 @@ class RequestHandler:
             entity_type="workflow",
             entity_id=execution_id,
             status="in_progress",
-            payload={"reason": str(req.get("reason") or "cancelled by request")},
+            payload={
+                "reason": str(req.get("reason") or "cancelled by request"),
+                "principal": _principal_name(req),
+            },
         )
         subject = s.event_subject(partition, execution_id, event["name"])
         await store_all(self.bus, [(subject, dumps(event), event["event_id"])])
@@ -200,7 +263,7 @@ class RequestHandler:
         request_id = str(req.get("request_id") or msg_id or derive_id(what, data.decode(errors="replace")))
         if problem := request_id_problem(request_id):
             return reply_error(RequestInvalidError(f"{what}: {problem}"))
-        payload: dict[str, Any] = {"request_id": request_id}
+        payload: dict[str, Any] = {"request_id": request_id, "principal": _principal_name(req)}
         if what == "signal":
             if problem := signal_name_problem(req.get("signal")):
                 return reply_error(RequestInvalidError(problem))

@@ -23,7 +23,7 @@ def build_app(ctx: ApiContext) -> Starlette:
             *console_routes,
         ],
         middleware=[
-            Middleware(BearerAuth, token=ctx.token, admin_token=ctx.admin_token, metrics=ctx.metrics)
+            Middleware(BearerAuth, principals=ctx.principals, metrics=ctx.metrics)
         ],
     )
     app.state.noetl = ctx

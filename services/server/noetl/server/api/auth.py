@@ -26,6 +26,7 @@ from urllib.parse import quote
 from noetl.dsl.errors import UnauthorizedError, reply_error
 from noetl.server.api.metrics import Metrics
 from noetl.store.audit import token_id
+from noetl.store.principals import ANONYMOUS, Principal, Principals
 
 PROTECTED_PREFIX = "/api/"
 CONSOLE_PREFIX = "/ui"
@@ -35,8 +36,14 @@ SESSION_COOKIE = "noetl_session"
 
 def session_value(token: str) -> str:
     """The console cookie for ``token``: stable across replicas and restarts (no server state),
-    and useless against ``/api/*``."""
-    return hmac.new(token.encode(), b"noetl-console-session-v1", hashlib.sha256).hexdigest()
+    and useless against ``/api/*``. Derived from the token's SHA-256, so a principal configured
+    by ``token_sha256`` alone gets a cookie too."""
+    return session_of_sha(hashlib.sha256(token.encode()).hexdigest())
+
+
+def session_of_sha(token_sha256: str) -> str:
+    """``session_value`` from the token's SHA-256 hex digest."""
+    return hmac.new(token_sha256.encode(), b"noetl-console-session-v1", hashlib.sha256).hexdigest()
 
 
 def is_console(path: str) -> bool:
@@ -66,31 +73,33 @@ def _bearer(scope: dict[str, Any]) -> str | None:
     return None
 
 
-def _same(a: str | None, b: str | None) -> bool:
-    return bool(a and b) and hmac.compare_digest(a.encode(), b.encode())  # type: ignore[union-attr]
+def who_of(principal: Principal, token: str | None) -> dict[str, Any]:
+    """What the request scope carries about its caller: ``{role, who, name, principal}``;
+    ``who`` names the token by a hash prefix, never the token."""
+    return {
+        "role": principal.role,
+        "who": token_id(token) if token else principal.name,
+        "name": principal.name,
+        "principal": principal,
+    }
 
 
 class BearerAuth:
-    def __init__(self, app: Any, token: str | None, admin_token: str | None, metrics: Metrics) -> None:
-        self.app, self.token, self.admin_token, self.metrics = app, token, admin_token, metrics
+    def __init__(self, app: Any, principals: Principals, metrics: Metrics) -> None:
+        self.app, self.principals, self.metrics = app, principals, metrics
 
-    def identify(self, presented: str | None) -> dict[str, str] | None:
-        if _same(presented, self.admin_token):
-            return {"role": "admin", "who": token_id(presented)}
-        if _same(presented, self.token):
-            return {"role": "user", "who": token_id(presented)}
-        if not self.token:
-            return {"role": "anonymous", "who": token_id(presented) if presented else "anonymous"}
-        return None
+    def identify(self, presented: str | None) -> dict[str, Any] | None:
+        principal = self.principals.identify(presented)
+        return None if principal is None else who_of(principal, presented)
 
-    def identify_session(self, cookie: str | None) -> dict[str, str] | None:
-        """A console session cookie, named like the token it was derived from."""
-        for role, token in (("admin", self.admin_token), ("user", self.token)):
-            if token and _same(cookie, session_value(token)):
-                return {"role": role, "who": token_id(token)}
-        return None if self.token else {"role": "anonymous", "who": "anonymous"}
+    def identify_session(self, cookie: str | None) -> dict[str, Any] | None:
+        """A console session cookie, named like the principal it was derived from."""
+        if not self.principals.required:
+            return who_of(self.principals.identify(None) or ANONYMOUS, None)
+        principal = self.principals.identify_session(cookie) if cookie else None
+        return None if principal is None else who_of(principal, None)
 
-    def identify_console(self, scope: dict[str, Any]) -> dict[str, str] | None:
+    def identify_console(self, scope: dict[str, Any]) -> dict[str, Any] | None:
         bearer = _bearer(scope)
         return self.identify(bearer) if bearer else self.identify_session(_cookie(scope, SESSION_COOKIE))
 

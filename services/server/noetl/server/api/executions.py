@@ -20,7 +20,15 @@ from starlette.routing import Route
 
 from noetl.client.run import cancel as request_cancel
 from noetl.dsl.errors import NoSuchEntityError, RequestInvalidError
-from noetl.server.api.context import body_error, ctx_of, error, json_body, read_body
+from noetl.server.api.context import (
+    body_error,
+    ctx_of,
+    error,
+    guard_execution,
+    json_body,
+    principal_of,
+    read_body,
+)
 from noetl.server.api.follow import follow_events
 from noetl.server.api.queries import (
     execution_logs,
@@ -61,7 +69,7 @@ async def create_execution(request: Request) -> Response:
     except ValueError as e:
         return body_error(e)
     msg_id = request.headers.get("idempotency-key") or uuid.uuid4().hex
-    reply = await ctx.requests.handle(data, msg_id)
+    reply = await ctx.requests.handle(data, msg_id, principal=principal_of(request))
     return JSONResponse(reply, status_code=request_status_code(reply))
 
 
@@ -83,8 +91,10 @@ async def get_executions(request: Request) -> Response:
         before = int(q["before"]) if q.get("before") else None
     except ValueError:
         return error(400, RequestInvalidError, "limit and before must be integers")
+    principal = principal_of(request)
     out = await list_executions(
-        ctx_of(request).bus, status=q.get("status"), path=q.get("path"), limit=limit, before=before
+        ctx_of(request).bus, status=q.get("status"), path=q.get("path"), limit=limit, before=before,
+        visible=lambda namespace: principal.may("read", namespace),
     )
     return JSONResponse(out)
 
@@ -105,7 +115,7 @@ async def get_execution(request: Request) -> Response:
       404: {description: no event of this execution}
     """
     eid, bad = _id_or_error(request)
-    if bad:
+    if bad or (bad := await guard_execution(request, eid, "read")):
         return bad
     out = await execution_status(ctx_of(request).bus, eid)
     if out is None:
@@ -125,7 +135,7 @@ async def get_execution_events(request: Request) -> Response:
       404: {description: no event of this execution (JSON form only)}
     """
     eid, bad = _id_or_error(request)
-    if bad:
+    if bad or (bad := await guard_execution(request, eid, "read")):
         return bad
     ctx = ctx_of(request)
     if "text/event-stream" in request.headers.get("accept", ""):
@@ -156,7 +166,7 @@ async def get_execution_logs(request: Request) -> Response:
       404: {description: no event of this execution}
     """
     eid, bad = _id_or_error(request)
-    if bad:
+    if bad or (bad := await guard_execution(request, eid, "read")):
         return bad
     logs = await execution_logs(ctx_of(request).bus, eid, request.query_params.get("step") or None)
     if logs is None:
@@ -190,14 +200,16 @@ async def cancel_execution(request: Request) -> Response:
       404: {description: no such execution}
     """
     eid, bad = _id_or_error(request)
-    if bad:
+    if bad or (bad := await guard_execution(request, eid, "write")):
         return bad
     try:
         body = await json_body(request)
     except ValueError as e:
         return body_error(e)
     reason = body.get("reason") if isinstance(body, dict) else None
-    out = await request_cancel(ctx_of(request).bus, eid, str(reason) if reason else None)
+    out = await request_cancel(
+        ctx_of(request).bus, eid, str(reason) if reason else None, principal=principal_of(request).name
+    )
     if out is None:
         return error(404, NoSuchEntityError, f"no execution {eid}")
     return JSONResponse(out, status_code=202)

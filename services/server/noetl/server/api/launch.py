@@ -16,6 +16,8 @@ from noetl.events.nats_port import as_bus
 from noetl.events.runtime import DEFAULT_INTERVAL, DEFAULT_TTL, RuntimeRegistrar
 from noetl.server.api.micro import NatsApiService
 from noetl.server.api.server import ApiServer
+from noetl.store.audit import ensure_audit_stream
+from noetl.store.principals import Principals
 
 log = logging.getLogger("noetl.server.api")
 
@@ -84,7 +86,9 @@ async def start_operations(
                 ops.parts.append(ops.api)
                 svc.observer = ops.api.collector.observe
             if nc is not None:
-                micro = NatsApiService(nc, svc.requests)
+                await ensure_audit_stream(bus)  # the service's actions are audited, HTTP or not
+                principals = ops.api.ctx.principals if ops.api is not None else Principals.load()
+                micro = NatsApiService(nc, svc.requests, principals)
                 await micro.start()
                 ops.parts.append(micro)
 

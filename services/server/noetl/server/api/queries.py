@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from typing import Any
 
 from noetl.client.activity import loop_counters, task_outputs
@@ -20,6 +21,7 @@ from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events
 from noetl.events.envelope import loads
 from noetl.events.nats_port import as_bus
+from noetl.store.principals import namespace_of
 
 REQUESTED_FILTER = s.events_named("playbook.execution.requested")
 FINISHED_FILTER = s.events_named("workflow.finished")
@@ -54,8 +56,30 @@ def _summary_of(requested: dict[str, Any] | None, finished: dict[str, Any] | Non
         "finished_at": (finished or {}).get("timestamp"),
         "parent_execution_id": any_ev.get("parent_execution_id"),
         "schedule": req.get("schedule"),  # the schedule whose fire started it (SEMANTICS §18)
+        "namespace": _namespace_of_request(req),
+        "principal": (req.get("principal") or {}).get("name"),  # who asked for it, when known
         "error": brief(error),
     }
+
+
+def _namespace_of_request(req: dict[str, Any]) -> str:
+    """The namespace an execution belongs to: recorded with its request; for older records (and
+    requests rejected before they were recorded) that of its path, else ``""``."""
+    if isinstance(req.get("namespace"), str):
+        return req["namespace"]
+    return namespace_of(req.get("path"))
+
+
+async def execution_namespace(conn: Any, execution_id: str) -> str | None:
+    """The namespace of an execution (None when the log has no event of it): what a principal's
+    right to read or act on it is checked against."""
+    bus = as_bus(conn)
+    requested = s.execution_event_filter(execution_id, "playbook.execution.requested")
+    msg = await bus.last(s.EVENTS_STREAM, requested)
+    if msg is not None:
+        return _namespace_of_request(loads(msg.data).get("payload") or {})
+    finished = await bus.last(s.EVENTS_STREAM, s.execution_event_filter(execution_id, "workflow.finished"))
+    return "" if finished is not None else None
 
 
 async def _waits(bus: Any, items: list[dict[str, Any]]) -> None:
@@ -86,6 +110,7 @@ async def list_executions(
     path: str | None = None,
     limit: int = 100,
     before: int | None = None,
+    visible: Callable[[str], bool] | None = None,
 ) -> dict[str, Any]:
     """Newest first. ``before`` is the cursor of the previous page (a stream sequence).
 
@@ -120,6 +145,8 @@ async def list_executions(
             continue
         if path and item["path"] != path:
             continue
+        if visible is not None and not visible(item["namespace"]):
+            continue  # another namespace's: not the caller's to see
         if len(items) == limit:
             next_cursor = first_seq[items[-1]["execution_id"]]
             break
@@ -173,4 +200,4 @@ def request_status_code(reply: dict[str, Any]) -> int:
     error = reply.get("error")
     if not error:
         return 202
-    return 422 if error.get("kind") == "playbook_invalid" else 400
+    return {"playbook_invalid": 422, "forbidden": 403}.get(error.get("kind"), 400)

@@ -12,7 +12,6 @@ start an execution, even where the console needs no token).
 
 from __future__ import annotations
 
-import hmac
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -35,12 +34,13 @@ from noetl.dsl.validate import load_playbook
 from noetl.events.bus import read_execution_events
 from noetl.events.runtime import list_runtime
 from noetl.server.api.auth import SESSION_COOKIE, session_value
-from noetl.server.api.context import ctx_of, read_body
+from noetl.server.api.context import ctx_of, guard_execution, principal_of, read_body
 from noetl.server.api.follow import follow_events
 from noetl.server.api.queries import list_executions, valid_execution_id
 from noetl.server.console.fold import ExecutionView, duration_ms, fold
 from noetl.server.console.graph import Graph, layout
 from noetl.server.console.render import STATIC, page, render
+from noetl.store.principals import namespace_of
 
 STATUSES = ("running", "success", "failed", "cancelled")
 PAGE_SIZE = 50
@@ -63,8 +63,11 @@ class Action:
     fields: tuple[str, ...] = ()
 
 
+_BY = "\0principal"  # the form key an action's caller rides under: no browser field can be named so
+
+
 async def _cancel(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
-    return await request_cancel(bus, execution_id, "cancelled from the console")
+    return await request_cancel(bus, execution_id, "cancelled from the console", principal=form.get(_BY))
 
 
 async def _outside(out: dict[str, Any]) -> dict[str, Any] | None:
@@ -74,11 +77,12 @@ async def _outside(out: dict[str, Any]) -> dict[str, Any] | None:
 
 
 async def _pause(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
-    return await _outside(await request_pause(bus, execution_id, "paused from the console"))
+    out = await request_pause(bus, execution_id, "paused from the console", principal=form.get(_BY))
+    return await _outside(out)
 
 
 async def _resume(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
-    return await _outside(await request_resume(bus, execution_id))
+    return await _outside(await request_resume(bus, execution_id, principal=form.get(_BY)))
 
 
 async def _signal(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
@@ -90,7 +94,11 @@ async def _signal(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str
     except ValueError as e:
         return reply_error(RequestInvalidError(f"the signal's data is not JSON: {e}"))
     name = (form.get("signal") or "").strip()
-    return await _outside(await request_signal(bus, execution_id, name, data, form.get("request_id") or None))
+    return await _outside(
+        await request_signal(
+            bus, execution_id, name, data, form.get("request_id") or None, principal=form.get(_BY)
+        )
+    )
 
 
 ACTIONS: dict[str, Action] = {
@@ -150,10 +158,9 @@ def _forbidden() -> Response:
 
 
 def _token_of(ctx: Any, presented: str) -> str | None:
-    """The configured token ``presented`` matches (compared in constant time), if any."""
-    for token in (ctx.admin_token, ctx.token):
-        if token and hmac.compare_digest(presented.encode(), token.encode()):
-            return token
+    """``presented`` when it is a principal's token (compared in constant time), else None."""
+    if presented and ctx.principals.required and ctx.principals.identify(presented) is not None:
+        return presented
     return None
 
 
@@ -173,7 +180,7 @@ def _signed_in(request: Request, token: str, target: str) -> Response:
 async def login(request: Request) -> Response:
     ctx = ctx_of(request)
     target = request.query_params.get("next")
-    if not ctx.token:  # no token configured: the console is as open as the API
+    if not ctx.principals.required:  # no principal configured: the console is as open as the API
         return RedirectResponse(_safe_next(target), status_code=303)
     presented = request.query_params.get("token")
     if presented:  # a link printed by `noetl run --ui`; the redirect drops the token from the address
@@ -190,7 +197,7 @@ async def login_post(request: Request) -> Response:
         return _forbidden()
     form = await form_data(request)
     target = form.get("next")
-    token = _token_of(ctx, form.get("token", "").strip()) if ctx.token else None
+    token = _token_of(ctx, form.get("token", "").strip())
     if not token:
         return page(request, "login.html", 401, next=_safe_next(target), failed=True)
     return _signed_in(request, token, target or "/ui/executions")
@@ -219,7 +226,11 @@ async def executions_page(request: Request) -> Response:
         before = int(q["before"]) if q.get("before") else None
     except ValueError:
         before = None
-    out = await list_executions(ctx_of(request).bus, status=status, path=path, limit=PAGE_SIZE, before=before)
+    principal = principal_of(request)
+    out = await list_executions(
+        ctx_of(request).bus, status=status, path=path, limit=PAGE_SIZE, before=before,
+        visible=lambda namespace: principal.may("read", namespace),
+    )
     now = datetime.now(UTC).isoformat()
     rows = [
         {**e, "duration_ms": duration_ms(e.get("requested_at"), e.get("finished_at") or now)}
@@ -283,6 +294,8 @@ async def _read_view(request: Request) -> tuple[ExecutionView, list[dict[str, An
     eid = request.path_params["execution_id"]
     if not valid_execution_id(eid):
         return page(request, "missing.html", 400, what=f"execution {eid}")
+    if await guard_execution(request, eid, "read") is not None:
+        return page(request, "missing.html", 404, what=f"execution {eid}")
     events = await read_execution_events(ctx_of(request).bus, eid)
     if not events:
         return page(request, "missing.html", 404, what=f"execution {eid}")
@@ -343,6 +356,8 @@ async def execution_stream(request: Request) -> Response:
     eid = request.path_params["execution_id"]
     if not valid_execution_id(eid):
         return Response(status_code=400)
+    if (refused := await guard_execution(request, eid, "read")) is not None:
+        return Response(status_code=refused.status_code)
     ctx = ctx_of(request)
     after = request.headers.get("last-event-id") or request.query_params.get("after") or None
 
@@ -371,7 +386,12 @@ async def execution_action(request: Request) -> Response:
     action = ACTIONS.get(name)
     if action is None or not valid_execution_id(eid):
         return page(request, "missing.html", 404, what=f"action {name}")
+    if (refused := await guard_execution(request, eid, "write")) is not None:
+        if refused.status_code == 404:
+            return page(request, "missing.html", 404, what=f"execution {eid}")
+        return _forbidden()
     form = await form_data(request) if action.fields else {}
+    form[_BY] = principal_of(request).name
     out = await action.run(ctx_of(request).bus, eid, form)
     if out is None:
         return page(request, "missing.html", 404, what=f"execution {eid}")
@@ -387,7 +407,10 @@ async def execution_action(request: Request) -> Response:
 
 
 async def catalog_page(request: Request) -> Response:
-    entries = await ctx_of(request).catalog.list()
+    principal = principal_of(request)
+    entries = [
+        e for e in await ctx_of(request).catalog.list() if principal.may("read", namespace_of(e["path"]))
+    ]
     by_path: dict[str, dict[str, Any]] = {}
     for e in entries:
         item = by_path.setdefault(e["path"], {"path": e["path"], "name": e.get("name"), "versions": []})
@@ -403,7 +426,8 @@ async def playbook_page(
     ctx = ctx_of(request)
     path = request.path_params.get("path") or (form or {}).get("path", "")
     version = request.query_params.get("version") or (form or {}).get("version") or None
-    text = await ctx.catalog.get(path, version)
+    readable = principal_of(request).may("read", namespace_of(path))
+    text = await ctx.catalog.get(path, version) if readable else None
     if text is None:
         return page(
             request, "missing.html", 404, what=f"playbook {path}" + (f" version {version}" if version else "")
@@ -453,7 +477,9 @@ async def start_execution(request: Request) -> Response:
         body["version"] = form["version"]
     request_id = form.get("request_id") or uuid.uuid4().hex  # a double-clicked button starts one execution
     body["request_id"] = request_id
-    reply = await ctx_of(request).requests.handle(json.dumps(body).encode(), request_id)
+    reply = await ctx_of(request).requests.handle(
+        json.dumps(body).encode(), request_id, principal=principal_of(request)
+    )
     if reply.get("error") and not reply.get("execution_id"):
         err = reply["error"]
         return await playbook_page(
