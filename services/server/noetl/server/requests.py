@@ -90,7 +90,6 @@ class RequestHandler:
         """
         try:
             req = self._parse(data)
-            self._check_reserved(req, msg_id, principal, scheduled)
         except RequestInvalidError as e:
             log.warning("request rejected: %s", e.message)
             known = self._known_id(data, msg_id)
@@ -99,6 +98,11 @@ class RequestHandler:
             execution_id = execution_id_for(known)
             await self._reject(execution_id, s.partition_of(execution_id, self.partitions), e.to_dict(), {})
             return {"execution_id": execution_id, "error": e.to_dict()}
+        try:
+            self._check_reserved(req, msg_id, principal, scheduled)
+        except RequestInvalidError as e:  # recorded nowhere: its id may be a schedule's next fire
+            log.warning("request refused: %s", e.message)
+            return {"error": e.to_dict()}
         request_id = str(
             req.get("request_id") or msg_id or derive_id("request", data.decode(errors="replace"))
         )
@@ -106,6 +110,10 @@ class RequestHandler:
         partition = s.partition_of(execution_id, self.partitions)
         if await self._already_requested(execution_id):
             return {"execution_id": execution_id}  # the same answer a retry of the first got
+        if principal is not None and not req.get("playbook") and (
+            refused := self._forbidden(principal, namespace_of(str(req["path"])), execution_id)
+        ):
+            return refused  # before the catalog is read: another namespace's paths are not probed
         try:
             text, file = await self._playbook_text(req)
             playbook = parse_playbook(text, file)  # validated once per distinct text
@@ -119,13 +127,8 @@ class RequestHandler:
         origin = None if req.get("playbook") else str(req["path"])  # what the request can prove
         claimed = playbook.metadata.path or playbook.metadata.name  # an inline playbook's own word
         namespace = namespace_of(origin if origin is not None else claimed)
-        if principal is not None and not principal.may("write", namespace):
-            err = ForbiddenError(
-                f"principal {principal.name!r} ({principal.role}) may not start executions in namespace "
-                f"{namespace!r}"
-            )
-            log.warning("request for %s refused: %s", execution_id, err.message)
-            return {"error": err.to_dict()}  # nothing recorded: the namespace is not the caller's
+        if principal is not None and (refused := self._forbidden(principal, namespace, execution_id)):
+            return refused
         missing, refused = [], []
         for entry in playbook.keychain:
             scope = await self.credentials.scope(entry.name) if self.credentials is not None else None
@@ -182,6 +185,18 @@ class RequestHandler:
         return {"execution_id": execution_id}
 
     @staticmethod
+    def _forbidden(principal: Principal, namespace: str, execution_id: str) -> dict[str, Any] | None:
+        """The refusal of a request in a namespace the principal may not write; nothing is
+        recorded for it (the namespace is not the caller's to fill with failed executions)."""
+        if principal.may("write", namespace):
+            return None
+        err = ForbiddenError(
+            f"principal {principal.name!r} ({principal.role}) may not start executions in namespace {namespace!r}"
+        )
+        log.warning("request for %s refused: %s", execution_id, err.message)
+        return {"error": err.to_dict()}
+
+    @staticmethod
     def _check_reserved(
         req: dict[str, Any], msg_id: str | None, principal: Principal | None, scheduled: bool
     ) -> None:
@@ -200,8 +215,8 @@ class RequestHandler:
             taken = sorted(k for k in ("parent_execution_id", "parent_iter", "execution_id") if k in req)
             if taken:
                 raise RequestInvalidError(
-                    f"request field{'s' if len(taken) > 1 else ''} {', '.join(taken)} "
-                    "are set by the server and workers only: leave them out"
+                    f"request {'fields' if len(taken) > 1 else 'field'} {', '.join(taken)}: set by the "
+                    "server and workers only; leave it out"
                 )
 
     async def _already_requested(self, execution_id: str) -> bool:
