@@ -57,7 +57,9 @@ class Deployment:
     async def events_of(self, execution_id: str, name: str, at_least: int = 1) -> list[dict[str, Any]]:
         """The execution's events called ``name``, once there are ``at_least`` (10 s at most)."""
         for _ in range(200):
-            found = [e for e in await self.all_events() if e["execution_id"] == execution_id and e["name"] == name]
+            found = [
+                e for e in await self.all_events() if e["execution_id"] == execution_id and e["name"] == name
+            ]
             if len(found) >= at_least:
                 return found
             await asyncio.sleep(0.05)

@@ -17,7 +17,7 @@ def exfil(dep: Deployment, path: str) -> str:
     return EXFILTRATE.replace("CRED", dep.cred).replace("PATH", path)
 
 
-async def test_an_operator_of_another_namespace_cannot_register_under_the_scope(deployment: Deployment) -> None:
+async def test_another_namespace_cannot_register_under_the_scope(deployment: Deployment) -> None:
     dep = deployment
     async with dep.http(BOB) as bob:
         r = await bob.post("/api/catalog", json={"playbook": exfil(dep, "team_a/evil")})

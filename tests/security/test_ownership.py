@@ -69,7 +69,9 @@ async def test_another_namespace_cannot_see_or_touch_an_execution(deployment: De
     assert requested["payload"]["principal"] == {"name": "alice", "role": "operator"}
     assert requested["payload"]["namespace"] == "team_a"
     audit = [r for _, r in await read_messages(dep.nc.jetstream(), AUDIT_STREAM, ["noetl.audit.actions"])]
-    assert any(r["action"] == "signal" and r["principal"] == "alice" and r["target"].startswith(eid) for r in audit)
+    assert any(
+        r["action"] == "signal" and r["principal"] == "alice" and r["target"].startswith(eid) for r in audit
+    )
 
 
 async def test_reserved_request_fields_are_the_servers(deployment: Deployment) -> None:
@@ -120,7 +122,7 @@ async def test_the_nats_service_checks_the_caller(deployment: Deployment) -> Non
     dep = deployment
     eid = await _started(dep)
 
-    async def ask(subject: str, body: dict[str, Any], token: str | None) -> tuple[str | None, dict[str, Any]]:
+    async def ask(subject: str, body: dict[str, Any], token: str | None) -> tuple[Any, dict[str, Any]]:
         msg = await dep.nc.request(
             subject, json.dumps(body).encode(), timeout=10,
             headers={"Authorization": f"Bearer {token}"} if token else None,

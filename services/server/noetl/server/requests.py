@@ -191,7 +191,8 @@ class RequestHandler:
         if principal.may("write", namespace):
             return None
         err = ForbiddenError(
-            f"principal {principal.name!r} ({principal.role}) may not start executions in namespace {namespace!r}"
+            f"principal {principal.name!r} ({principal.role}) may not start executions "
+            f"in namespace {namespace!r}"
         )
         log.warning("request for %s refused: %s", execution_id, err.message)
         return {"error": err.to_dict()}
