@@ -92,8 +92,9 @@ async def test_reserved_request_fields_are_the_servers(deployment: Deployment) -
     plain = {"request_id": uuid.uuid4().hex, "path": "team_a/approval", "payload": {}}
     await dep.nc.jetstream().publish(s.REQUEST_SUBJECT, json.dumps(plain).encode())  # handled after it
     async with dep.http(ROOT) as root:
+        plain_url = f"/api/executions/{execution_id_for(plain['request_id'])}"
         for _ in range(200):
-            if (await root.get(f"/api/executions/{execution_id_for(plain['request_id'])}")).status_code == 200:
+            if (await root.get(plain_url)).status_code == 200:
                 break
             await asyncio.sleep(0.05)
         r = await root.get(f"/api/executions/{execution_id_for(squat['request_id'])}")
