@@ -81,7 +81,8 @@ def test_dsns_are_parsed_as_libpq_parses_them(dsn: str, secret: str) -> None:
 
 def test_engine_vocabulary_is_never_masked() -> None:
     masker = Masker({"pg": {"password": "postgres"}}, kinds={"pg": "postgres_credential"})
-    event = {"name": "task.done", "status": "error", "error": {"kind": "postgres_error", "message": "pw postgres"}}
+    error = {"kind": "postgres_error", "message": "pw postgres"}
+    event = {"name": "task.done", "status": "error", "error": error}
     assert masker.mask(event) == {
         "name": "task.done", "status": "error", "error": {"kind": "postgres_error", "message": "pw ***"}
     }
