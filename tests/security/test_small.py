@@ -116,3 +116,18 @@ def test_short_tokens_are_refused(token: str, tmp_path: Any) -> None:
     with pytest.raises(DeploymentError, match="at least 16"):
         Principals.load(auth_file=str(auth))
     assert Principals.load(token="t-" + uuid.uuid4().hex).required
+
+
+async def test_results_by_reference_have_an_age_limit(deployment: Deployment) -> None:
+    from noetl.events.streams import ensure_all
+
+    js = deployment.nc.jetstream()
+    await ensure_all(js)
+    assert (await js.stream_info("OBJ_noetl_results")).config.max_age == 30 * 24 * 3600
+
+
+async def test_a_schedule_that_can_only_fail_is_refused(deployment: Deployment) -> None:
+    async with deployment.http(ALICE) as alice:
+        r = await alice.post("/api/schedules/doomed", json={"path": "team_a/missing", "cron": "* * * * * *"})
+        assert r.status_code == 400 and "catalog" in r.json()["error"]["message"], r.text
+        assert "doomed" not in {x["name"] for x in (await alice.get("/api/schedules")).json()["schedules"]}

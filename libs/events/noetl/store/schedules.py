@@ -130,7 +130,19 @@ class ScheduleStore:
         self, name: str, body: dict[str, Any], principal: Principal | None = None
     ) -> dict[str, Any]:
         """``add`` from an API request's JSON body: the HTTP API and the NATS service take the same
-        fields (docs/api.md), and both name the caller (``principal``)."""
+        fields (docs/api.md), and both name the caller (``principal``). A schedule whose playbook
+        is not in the catalog could only fail, at every fire: it is refused here."""
+        path, version = body.get("path"), body.get("version")
+        if isinstance(path, str) and path and not _denied(principal, path, "add schedules for"):
+            from noetl.store.catalog import Catalog
+
+            catalog = Catalog(await self.bus.kv(s.CATALOG_BUCKET), self.bus)
+            if await catalog.entry(path, None if version is None else str(version)) is None:
+                which = f"{path!r}" + (f" version {version}" if version is not None else "")
+                return reply_error(RequestInvalidError(
+                    f"no playbook {which} in the catalog: a schedule of it could only fail; register it "
+                    "first (noetl catalog register FILE)"
+                ))
         return await self.add(
             name,
             principal=principal,
