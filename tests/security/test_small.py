@@ -5,6 +5,7 @@ data 254 deep or over 1 MiB gave HTTP 500 after 30 s; a one-character token was 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -131,3 +132,21 @@ async def test_a_schedule_that_can_only_fail_is_refused(deployment: Deployment) 
         r = await alice.post("/api/schedules/doomed", json={"path": "team_a/missing", "cron": "* * * * * *"})
         assert r.status_code == 400 and "catalog" in r.json()["error"]["message"], r.text
         assert "doomed" not in {x["name"] for x in (await alice.get("/api/schedules")).json()["schedules"]}
+
+
+async def test_queued_signals_are_bounded(deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
+    from noetl.server import requests as handler
+
+    monkeypatch.setattr(handler, "MAX_SIGNALS", 3)
+    eid = await _started(deployment)
+    async with deployment.http(ALICE) as alice:
+        for i in range(3):
+            r = await alice.post(f"/api/executions/{eid}/signals/other", json={"data": i})
+            assert r.status_code == 202, r.text
+        await deployment.events_of(eid, "signal.received", at_least=3)
+    # the API answers "sent" (it only publishes); the server refuses to record the fourth
+    async with deployment.http(ALICE) as alice:
+        assert (await alice.post(f"/api/executions/{eid}/signals/other", json={"data": 4})).status_code == 202
+    await asyncio.sleep(1.0)
+    events = await deployment.all_events()
+    assert len([e for e in events if e["execution_id"] == eid and e["name"] == "signal.received"]) == 3

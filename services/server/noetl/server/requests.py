@@ -41,6 +41,9 @@ log = logging.getLogger("noetl.server")
 
 # below NATS's own 1 MiB message limit, so the limit is ours to report, with a reason
 MAX_REQUEST_BYTES = 512 * 1024
+# signals one execution may receive: each one waits in its queue until a step takes it, and the
+# queue lives in the engine's state, so an unbounded stream of them grows every snapshot
+MAX_SIGNALS = 10_000
 # far deeper than any real input; deep enough nesting exhausts Python's recursion in every walk
 MAX_PAYLOAD_DEPTH = 64
 
@@ -294,6 +297,13 @@ class RequestHandler:
             return reply_error(
                 ExecutionFinishedError(f"execution {execution_id} has finished: there is nothing to {what}")
             )
+        if what == "signal":
+            received = s.execution_event_filter(execution_id, "signal.received")
+            if len(await self.bus.read(s.EVENTS_STREAM, [received])) >= MAX_SIGNALS:
+                return reply_error(RequestInvalidError(
+                    f"execution {execution_id} has received {MAX_SIGNALS} signals, the most one execution "
+                    "takes: its queue would grow without bound"
+                ))
         name = {"signal": "signal.received", "pause": "execution.pause.requested"}.get(
             what, "execution.resume.requested"
         )
