@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import pytest
 
 from noetl.dsl.errors import DeploymentError
@@ -150,3 +151,27 @@ async def test_queued_signals_are_bounded(deployment: Deployment, monkeypatch: p
     await asyncio.sleep(1.0)
     events = await deployment.all_events()
     assert len([e for e in events if e["execution_id"] == eid and e["name"] == "signal.received"]) == 3
+
+
+async def test_the_console_cookie_dies_at_sign_out(deployment: Deployment) -> None:
+    api = deployment.api
+    async with httpx.AsyncClient(base_url=api.url, timeout=30, follow_redirects=False) as browser:
+        r = await browser.post("/ui/login", data={"token": ALICE, "next": "/ui/executions"},
+                               headers={"Origin": api.url})
+        assert r.status_code == 303, r.text
+        cookie = r.cookies.get("noetl_session")
+        assert cookie and ALICE not in cookie
+        jar = {"Cookie": f"noetl_session={cookie}"}
+        assert (await browser.get("/ui/executions", headers=jar)).status_code == 200
+        r = await browser.post("/ui/logout", headers={**jar, "Origin": api.url})
+        assert r.status_code == 303
+        # a copy of the cookie, kept by whoever saw it, opens nothing any more
+        r = await browser.get("/ui/executions", headers=jar)
+        assert r.status_code == 303 and r.headers["location"].startswith("/ui/login")
+        # signing in again gives a new cookie that works
+        r = await browser.post("/ui/login", data={"token": ALICE, "next": "/ui/executions"},
+                               headers={"Origin": api.url})
+        fresh = r.cookies.get("noetl_session")
+        assert fresh and fresh != cookie
+        r = await browser.get("/ui/executions", headers={"Cookie": f"noetl_session={fresh}"})
+        assert r.status_code == 200

@@ -34,6 +34,7 @@ import hashlib
 import hmac
 import os
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,12 +129,16 @@ class Principals:
                 found = found or principal
         return found
 
-    def identify_session(self, cookie: str) -> Principal | None:
-        """The principal whose console session cookie this is (``noetl.server.api.auth``), unless
-        (noetl.server.api.auth.session_value)."""
+    async def identify_session(
+        self, cookie: str, generation: Callable[[str], Awaitable[int]]
+    ) -> Principal | None:
+        """The principal whose console session cookie this is (``noetl.server.api.auth``), at the
+        principal's current session ``generation`` (raised by signing out)."""
         found = None
         for sha, principal in self._by_sha:
-            value = hmac.new(sha.encode(), b"noetl-console-session-v1", hashlib.sha256).hexdigest()
+            gen = await generation(principal.name)
+            salt = b"noetl-console-session-v1" + (f":{gen}".encode() if gen else b"")
+            value = hmac.new(sha.encode(), salt, hashlib.sha256).hexdigest()
             if hmac.compare_digest(value.encode(), cookie.encode()):
                 found = found or principal
         return found

@@ -133,6 +133,9 @@ class ScheduleStore:
         fields (docs/api.md), and both name the caller (``principal``). A schedule whose playbook
         is not in the catalog could only fail, at every fire: it is refused here."""
         path, version = body.get("path"), body.get("version")
+        old = await self.get(name) if not schedule_name_problem(name) else None
+        if old and (denied := _denied(principal, old.get("path"), "replace the schedule of")):
+            return denied  # before anything about the new playbook is told
         if isinstance(path, str) and path and not _denied(principal, path, "add schedules for"):
             from noetl.store.catalog import Catalog
 

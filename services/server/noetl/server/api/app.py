@@ -6,13 +6,15 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from noetl.server.api import catalog, credentials, executions, ops, outside
-from noetl.server.api.auth import BearerAuth
+from noetl.server.api.auth import BearerAuth, SessionGenerations
 from noetl.server.api.context import ApiContext
 
 
 def build_app(ctx: ApiContext) -> Starlette:
     from noetl.server.console.pages import routes as console_routes  # it imports the API modules
 
+    if ctx.sessions is None:
+        ctx.sessions = SessionGenerations(ctx.bus)
     app = Starlette(
         routes=[
             *executions.routes,
@@ -23,7 +25,7 @@ def build_app(ctx: ApiContext) -> Starlette:
             *console_routes,
         ],
         middleware=[
-            Middleware(BearerAuth, principals=ctx.principals, metrics=ctx.metrics)
+            Middleware(BearerAuth, principals=ctx.principals, metrics=ctx.metrics, sessions=ctx.sessions)
         ],
     )
     app.state.noetl = ctx

@@ -30,6 +30,7 @@ class ApiContext:
     token: str | None = None
     admin_token: str | None = None
     principals: Principals = field(default_factory=Principals)
+    sessions: Any = None  # noetl.server.api.auth.SessionGenerations, set when the app is built
     metrics: Metrics = field(default_factory=Metrics)
     closing: asyncio.Event = field(default_factory=asyncio.Event)
 

@@ -164,11 +164,14 @@ def _token_of(ctx: Any, presented: str) -> str | None:
     return None
 
 
-def _signed_in(request: Request, token: str, target: str) -> Response:
+async def _signed_in(request: Request, token: str, target: str) -> Response:
+    ctx = ctx_of(request)
+    principal = ctx.principals.identify(token)
+    generation = await ctx.sessions.get(principal.name) if principal is not None else 0
     response = RedirectResponse(_safe_next(target), status_code=303)
     response.set_cookie(
         SESSION_COOKIE,
-        session_value(token),
+        session_value(token, generation),
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
@@ -186,7 +189,7 @@ async def login(request: Request) -> Response:
     if presented:  # a link printed by `noetl run --ui`; the redirect drops the token from the address
         token = _token_of(ctx, presented)
         if token:
-            return _signed_in(request, token, target or "/ui/executions")
+            return await _signed_in(request, token, target or "/ui/executions")
         return page(request, "login.html", 401, next=_safe_next(target), failed=True)
     return page(request, "login.html", next=_safe_next(target), failed=False)
 
@@ -200,12 +203,17 @@ async def login_post(request: Request) -> Response:
     token = _token_of(ctx, form.get("token", "").strip())
     if not token:
         return page(request, "login.html", 401, next=_safe_next(target), failed=True)
-    return _signed_in(request, token, target or "/ui/executions")
+    return await _signed_in(request, token, target or "/ui/executions")
 
 
 async def logout(request: Request) -> Response:
+    """Signs the principal out everywhere: its session generation goes up, so this cookie, and any
+    copy of it, opens nothing any more (on every replica: the generation is in KV)."""
     if not same_origin(request):
         return _forbidden()
+    principal = principal_of(request)
+    if ctx_of(request).principals.required and principal.name != "anonymous":
+        await ctx_of(request).sessions.bump(principal.name)
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/ui", httponly=True, samesite="strict")
     return response
