@@ -67,6 +67,8 @@ async def connect(url: str | Iterable[str], *, name: str = "noetl", **opts: Any)
         kw["user_credentials"] = os.environ["NOETL_NATS_CREDS"]
     if os.environ.get("NOETL_NATS_NKEY_SEED"):
         kw["nkeys_seed"] = os.environ["NOETL_NATS_NKEY_SEED"]
+    if os.environ.get("NOETL_NATS_INBOX_PREFIX"):  # a principal's NATS user may read only its own inbox
+        kw["inbox_prefix"] = os.environ["NOETL_NATS_INBOX_PREFIX"]
     tls = tls_context()
     if tls is not None:
         kw["tls"] = tls

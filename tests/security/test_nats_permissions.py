@@ -1,0 +1,135 @@
+"""Item 4 of issue 26, the NATS side: the chart's rendered ``authorization`` block, loaded into a
+real nats-server, leaves a principal's raw NATS client no more rights than its principal.
+
+Before: any client of the default nats-server could publish on ``noetl.requests.*``, write the
+catalog's and the credentials' KV buckets and read every event."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from noetl.events.bus import connect
+from noetl.host.natsserver import NatsServer
+from noetl.server.api.launch import start_operations
+from noetl.server.service import Server
+from noetl.store.catalog import Catalog
+from noetl.worker.service import Worker
+
+helm = pytest.importorskip("helm_python", reason="the chart renders with the `helm` extra")
+
+from tests.helm.chart import manifests, render  # noqa: E402
+
+SVC_PW, ALICE_PW, ROOT_PW = (f"{w}-pw-{uuid.uuid4().hex}" for w in ("svc", "alice", "root"))
+ALICE_TOKEN, ROOT_TOKEN = "alice-" + uuid.uuid4().hex, "root-" + uuid.uuid4().hex
+
+HELLO = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: hello, path: team_a/hello}
+workflow:
+  - step: start
+    tool: {kind: noop, result: hi}
+"""
+
+
+def _rendered() -> tuple[str, str]:
+    """(authorization.conf, auth.yaml) as the chart renders them."""
+    values = {
+        "nats": {"auth": {"user": "noetl", "password": SVC_PW}},
+        "auth": {
+            "principals": [
+                {"name": "root", "token": ROOT_TOKEN, "role": "admin", "natsPassword": ROOT_PW},
+                {"name": "alice", "token": ALICE_TOKEN, "role": "operator", "namespaces": ["team_a"],
+                 "natsPassword": ALICE_PW},
+            ],
+            "natsAuthorization": {"enabled": True},
+        },
+    }
+    docs = manifests(render(values))
+    secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
+    conf = secrets["noetl-nats-authorization"]["stringData"]["authorization.conf"]
+    auth = base64.b64decode(secrets["noetl"]["data"]["auth.yaml"]).decode()
+    assert "natsPassword" not in auth and ALICE_PW not in auth
+    return conf, auth
+
+
+@pytest.fixture
+async def secured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[dict[str, Any]]:
+    conf, auth = _rendered()
+    (tmp_path / "nats.conf").write_text(conf)
+    (tmp_path / "auth.yaml").write_text(auth)
+    with NatsServer(extra_args=["-c", str(tmp_path / "nats.conf")]) as ns:
+        monkeypatch.setenv("NOETL_NATS_USER", "noetl")
+        monkeypatch.setenv("NOETL_NATS_PASSWORD", SVC_PW)
+        monkeypatch.setenv("NOETL_AUTH_FILE", str(tmp_path / "auth.yaml"))
+        nc = await connect(ns.url, name="noetl-service")
+        server, worker = Server(nc), Worker(nc, concurrency=2)
+        await server.start()
+        await worker.start()
+        ops = await start_operations(nc, "server", server, http_port=-1)
+        await Catalog.open(nc.jetstream())
+        await (await Catalog.open(nc.jetstream())).register(HELLO)
+        monkeypatch.delenv("NOETL_NATS_USER")
+        monkeypatch.delenv("NOETL_NATS_PASSWORD")
+        try:
+            yield {"url": ns.url, "nc": nc}
+        finally:
+            await ops.stop()
+            await worker.stop(drain=False)
+            await server.stop()
+            await nc.close()
+
+
+async def _as(url: str, user: str, password: str) -> Any:
+    return await connect(url, name=user, user=user, password=password, inbox_prefix=f"_INBOX_{user}",
+                         max_reconnect_attempts=0)
+
+
+async def test_a_principals_nats_user_reaches_only_the_checked_service(secured: dict[str, Any]) -> None:
+    alice = await _as(secured["url"], "alice", ALICE_PW)
+    try:
+        # the NATS service, with alice's token, in alice's namespace: allowed
+        msg = await alice.request("noetl.api.execute", json.dumps({"path": "team_a/hello"}).encode(),
+                                  timeout=10, headers={"Authorization": f"Bearer {ALICE_TOKEN}"})
+        assert "execution_id" in json.loads(msg.data), msg.data
+        # the request stream itself, the catalog's KV and the event log: refused by nats-server
+        seen: list[Any] = []
+
+        async def got(m: Any) -> None:
+            seen.append(m)
+
+        await alice.subscribe("noetl.events.>", cb=got)
+        with pytest.raises(Exception):  # noqa: B017  (a permissions violation or no ack)
+            await alice.jetstream().publish(
+                "noetl.requests.execute", json.dumps({"path": "team_a/hello"}).encode(), timeout=2
+            )
+        with pytest.raises(Exception):  # noqa: B017
+            kv = await alice.jetstream().key_value("noetl_catalog")
+            await kv.put("path.team_a/hello.latest", b"{}")
+        with pytest.raises(Exception):  # noqa: B017
+            await alice.jetstream().key_value("noetl_credentials")
+        await alice.flush()
+        msg = await alice.request("noetl.api.execute", json.dumps({"path": "team_a/hello"}).encode(),
+                                  timeout=10, headers={"Authorization": f"Bearer {ALICE_TOKEN}"})
+        await asyncio.sleep(0.5)
+        assert seen == [], "alice's NATS user may not read the event log"
+    finally:
+        await alice.close()
+    # the chart's own user and an admin's may
+    root = await _as(secured["url"], "root", ROOT_PW)
+    try:
+        assert await root.jetstream().key_value("noetl_catalog") is not None
+    finally:
+        await root.close()
+    text = await (await Catalog.open(secured["nc"].jetstream())).get("team_a/hello")
+    assert text == HELLO
+    _ = yaml  # the auth file is YAML; parsed by the server
