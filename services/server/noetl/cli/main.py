@@ -182,6 +182,7 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
             http_host=getattr(args, "http_host", "127.0.0.1"),
             http_port=getattr(args, "http_port", -1),
             insecure=True if getattr(args, "insecure", False) else None,
+            auth_file=getattr(args, "auth_file", None),
         )
         print(f"noetl {role} running against {args.nats_url}", file=sys.stderr)
         if ops.api is not None:
@@ -392,6 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--insecure",
         action="store_true",
         help="serve the HTTP API on a non-loopback address without NOETL_API_TOKEN (a trusted network only)",
+    )
+    p.add_argument(
+        "--auth-file",
+        default=os.environ.get("NOETL_AUTH_FILE") or None,
+        help="the principals: name, token or token_sha256, role, namespaces (NOETL_AUTH_FILE)",
     )
     p.set_defaults(fn=cmd_server)
 
