@@ -142,3 +142,32 @@ async def test_the_nats_service_checks_the_caller(deployment: Deployment) -> Non
     assert code is None, out
     cancel = await dep.events_of(eid, "execution.cancel.requested")
     assert cancel and cancel[0]["payload"]["principal"] == "alice"
+
+
+APPROVAL = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: payout, path: team_a/payout}
+workflow:
+  - step: start
+    spec: {policy: {lifecycle: {await: {signal: approve, timeout_s: 60, by: {roles: [admin]}}}}}
+    tool: {kind: noop, result: "{{ args.signal }}"}
+"""
+
+
+async def test_an_await_may_name_who_answers(deployment: Deployment) -> None:
+    dep = deployment
+    async with dep.http(ALICE) as alice, dep.http(ROOT) as root:
+        assert (await alice.post("/api/catalog", json={"playbook": APPROVAL})).status_code == 201
+        eid = (await alice.post("/api/executions", json={"path": "team_a/payout"})).json()["execution_id"]
+        r = await alice.post(f"/api/executions/{eid}/signals/approve", json={"data": {"by": "the CFO"}})
+        assert r.status_code == 403 and r.json()["error"]["kind"] == "forbidden", r.text
+        msg = await dep.nc.request(
+            "noetl.api.signal", json.dumps({"execution_id": eid, "signal": "approve"}).encode(),
+            timeout=10, headers={"Authorization": f"Bearer {ALICE}"},
+        )
+        assert (msg.headers or {}).get("Nats-Service-Error-Code") == "403", msg.data
+        r = await root.post(f"/api/executions/{eid}/signals/approve", json={"data": {"ok": True}})
+        assert r.status_code == 202, r.text
+    received = await dep.events_of(eid, "signal.received")
+    assert [e["payload"]["principal"] for e in received] == ["root"]

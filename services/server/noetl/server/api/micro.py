@@ -38,6 +38,7 @@ from noetl.server.api.queries import (
     execution_namespace,
     execution_status,
     request_status_code,
+    signal_refusal,
     valid_execution_id,
 )
 from noetl.store.audit import record_action
@@ -111,6 +112,7 @@ class NatsApiService:
 
     def __init__(self, nc: NATS, requests_handler: Any, principals: Principals | None = None) -> None:
         self.nc, self.requests = nc, requests_handler
+        self.catalog = getattr(requests_handler, "catalog", None)
         self.principals = principals if principals is not None else Principals()
         self.service: Service | None = None
         self._schedules: Any = None  # the ScheduleStore, opened on the first schedule request
@@ -204,7 +206,12 @@ class NatsApiService:
         body = json.loads(req.data)
         js = self.nc.jetstream()
         who = principal.name
-        if what == "signal":
+        refusal = None
+        if what == "signal" and isinstance(body.get("signal"), str):
+            refusal = await signal_refusal(js, self.catalog, eid, body["signal"], principal)
+        if refusal:
+            out = reply_error(ForbiddenError(refusal))
+        elif what == "signal":
             out = await client_signal(
                 js, eid, body.get("signal"), body.get("data"), body.get("request_id"), principal=who
             )

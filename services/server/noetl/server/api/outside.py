@@ -15,9 +15,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from noetl.client.run import pause, resume, signal
-from noetl.dsl.errors import NoSuchEntityError, RequestInvalidError
+from noetl.dsl.errors import ForbiddenError, NoSuchEntityError, RequestInvalidError, reply_error
 from noetl.server.api.context import body_error, ctx_of, error, guard_execution, json_body, principal_of
-from noetl.server.api.queries import valid_execution_id
+from noetl.server.api.queries import signal_refusal, valid_execution_id
 from noetl.store.audit import record_action
 from noetl.store.principals import namespace_of
 
@@ -89,6 +89,10 @@ async def post_signal(request: Request) -> Response:
     if bad:
         return bad
     name = request.path_params["name"]
+    ctx = ctx_of(request)
+    if refusal := await signal_refusal(ctx.bus, ctx.catalog, eid, name, principal_of(request)):
+        refused = reply_error(ForbiddenError(refusal))
+        return _answer(await _audited(request, "signal", f"{eid}/{name}", refused))
     out = await signal(
         ctx_of(request).bus, eid, name, body.get("data"), body.get("request_id"),
         principal=principal_of(request).name,

@@ -16,12 +16,13 @@ from typing import Any
 
 from noetl.client.activity import loop_counters, task_outputs
 from noetl.client.view import execution_output, waiting_for
+from noetl.dsl.cache import parse_playbook
 from noetl.dsl.errors import brief
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events
 from noetl.events.envelope import loads
 from noetl.events.nats_port import as_bus
-from noetl.store.principals import namespace_of
+from noetl.store.principals import Principal, namespace_of
 
 REQUESTED_FILTER = s.events_named("playbook.execution.requested")
 FINISHED_FILTER = s.events_named("workflow.finished")
@@ -201,3 +202,35 @@ def request_status_code(reply: dict[str, Any]) -> int:
     if not error:
         return 202
     return {"playbook_invalid": 422, "forbidden": 403}.get(error.get("kind"), 400)
+
+
+async def signal_refusal(
+    conn: Any, catalog: Any, execution_id: str, signal: str, principal: Principal
+) -> str | None:
+    """Why ``principal`` may not send ``signal`` to the execution, or None: a step that awaits it
+    may name who answers (``lifecycle.await.by: {roles, namespaces}``), and a signal anyone in the
+    namespace could send would make an approval no approval."""
+    bus = as_bus(conn)
+    requested = s.execution_event_filter(execution_id, "playbook.execution.requested")
+    msg = await bus.last(s.EVENTS_STREAM, requested)
+    if msg is None:
+        return None
+    try:
+        event = await catalog.with_playbook_text(loads(msg.data))
+        playbook = parse_playbook(event["payload"]["playbook"], event["payload"].get("file") or "<playbook>")
+    except Exception:
+        return None
+    for step in playbook.workflow:
+        lc = step.lifecycle
+        if lc is None or lc.await_signal != signal or not (lc.await_roles or lc.await_namespaces):
+            continue
+        role_ok = not lc.await_roles or principal.role in lc.await_roles
+        space_ok = not lc.await_namespaces or any(principal.covers(ns) for ns in lc.await_namespaces)
+        if not (role_ok and space_ok):
+            who = [f"role {'/'.join(lc.await_roles)}"] if lc.await_roles else []
+            who += [f"namespace {'/'.join(lc.await_namespaces)}"] if lc.await_namespaces else []
+            return (
+                f"step {step.name!r} awaits signal {signal!r} from {' in '.join(who)} only; principal "
+                f"{principal.name!r} ({principal.role}) may not send it"
+            )
+    return None

@@ -36,7 +36,7 @@ from noetl.events.runtime import list_runtime
 from noetl.server.api.auth import SESSION_COOKIE, session_value
 from noetl.server.api.context import ctx_of, guard_execution, principal_of, read_body
 from noetl.server.api.follow import follow_events
-from noetl.server.api.queries import list_executions, valid_execution_id
+from noetl.server.api.queries import list_executions, signal_refusal, valid_execution_id
 from noetl.server.console.fold import ExecutionView, duration_ms, fold
 from noetl.server.console.graph import Graph, layout
 from noetl.server.console.render import STATIC, page, render
@@ -399,6 +399,13 @@ async def execution_action(request: Request) -> Response:
             return page(request, "missing.html", 404, what=f"execution {eid}")
         return _forbidden()
     form = await form_data(request) if action.fields else {}
+    if name == "signal" and (
+        refusal := await signal_refusal(
+            ctx_of(request).bus, ctx_of(request).catalog, eid, (form.get("signal") or "").strip(),
+            principal_of(request),
+        )
+    ):
+        return await execution_page(request, refused=refusal, form=form, status_code=403)
     form[_BY] = principal_of(request).name
     out = await action.run(ctx_of(request).bus, eid, form)
     if out is None:
