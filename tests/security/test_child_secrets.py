@@ -59,3 +59,35 @@ async def test_a_secret_passed_to_a_child_is_masked_in_its_request(deployment: D
             (await alice.get(f"/api/executions/{parent['execution_id']}")).text,
         ]
     assert not dep.leaked(*seen)
+
+
+DRIVER = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: driver, path: team_b/driver}
+workflow:
+  - step: start
+    tool:
+      - name: drive
+        kind: playbook
+        path: team_a/parent
+"""
+
+
+async def test_a_child_acts_for_whoever_started_its_parent(deployment: Deployment) -> None:
+    """Before: bob's inline playbook (team_b) ran team_a's credentialed playbook as its child, with
+    bob's inputs: the child request came from a worker, and nobody checked whose it was."""
+    from tests.security.conftest import BOB
+
+    dep = deployment
+    async with dep.http(ALICE) as alice:
+        for text in (CHILD, PARENT.replace("CRED", dep.cred)):
+            assert (await alice.post("/api/catalog", json={"playbook": text})).status_code == 201
+    code, out = await dep.run(BOB, {"playbook": DRIVER})
+    assert code == 202 and out["status"] == "failed", out
+    assert out["error"]["kind"] in ("child_failed", "step_failed"), out
+    assert "forbidden" in json.dumps(out), out
+    ran = [e for e in await dep.all_events()
+           if e["name"] == "task.started" and e.get("parent_execution_id") == out["execution_id"]]
+    assert ran == []
+    assert not dep.leaked(json.dumps(await dep.all_events()))

@@ -66,7 +66,8 @@ async def test_another_namespace_cannot_see_or_touch_an_execution(deployment: De
     events = [e for e in await dep.all_events() if e["execution_id"] == eid]
     assert len(received) == 1 and received[0]["payload"]["principal"] == "alice", received
     requested = next(e for e in events if e["name"] == "playbook.execution.requested")
-    assert requested["payload"]["principal"] == {"name": "alice", "role": "operator"}
+    alice = {"name": "alice", "role": "operator", "namespaces": ["team_a"]}
+    assert requested["payload"]["principal"] == alice
     assert requested["payload"]["namespace"] == "team_a"
     audit = [r for _, r in await read_messages(dep.nc.jetstream(), AUDIT_STREAM, ["noetl.audit.actions"])]
     assert any(

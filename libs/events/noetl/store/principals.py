@@ -85,6 +85,23 @@ class Principal:
         return {"name": self.name, "role": self.role}
 
 
+    def grant(self) -> dict[str, Any]:
+        """``record`` with the namespaces: what an execution's request keeps, so the requests its
+        ``playbook`` tasks make are checked as its caller's (``from_grant``)."""
+        spaces = None if self.namespaces is None else sorted(self.namespaces)
+        return {**self.record(), "namespaces": spaces}
+
+    @classmethod
+    def from_grant(cls, grant: Any) -> Principal | None:
+        """The principal a request recorded (``grant``), or None for one recorded without."""
+        if not isinstance(grant, dict) or grant.get("role") not in ROLES:
+            return None
+        if not isinstance(grant.get("name"), str):
+            return None
+        spaces = grant.get("namespaces")
+        return cls(grant["name"], grant["role"], None if spaces is None else frozenset(map(str, spaces)))
+
+
 ANONYMOUS = Principal("anonymous", "admin", None)
 
 

@@ -132,6 +132,17 @@ class RequestHandler:
         namespace = namespace_of(origin if origin is not None else claimed)
         if principal is not None and (refused := self._forbidden(principal, namespace, execution_id)):
             return refused
+        if principal is None and req.get("parent_execution_id"):
+            # a child (the `playbook` tool) acts for whoever started its parent: an inline playbook of
+            # team_b may not drive team_a's credentialed playbook with its own inputs
+            principal = await self._principal_of(str(req["parent_execution_id"]))
+            if principal is not None and not principal.may("write", namespace):
+                err = ForbiddenError(
+                    f"principal {principal.name!r} ({principal.role}), who started parent execution "
+                    f"{req['parent_execution_id']}, may not start playbooks in namespace {namespace!r}"
+                )
+                await self._reject(execution_id, partition, err.to_dict(), req)  # the parent waits for it
+                return {"execution_id": execution_id, "error": err.to_dict()}
         missing, refused = [], []
         for entry in playbook.keychain:
             scope = await self.credentials.scope(entry.name) if self.credentials is not None else None
@@ -172,7 +183,7 @@ class RequestHandler:
                 "partition": partition,
                 "request_id": request_id,
                 "namespace": namespace,
-                **({"principal": principal.record()} if principal is not None else {}),
+                **({"principal": principal.grant()} if principal is not None else {}),
                 **({"schedule": req["schedule"]} if req.get("schedule") else {}),
                 **({"parent_iter": req["parent_iter"]} if req.get("parent_iter") is not None else {}),
             },
@@ -222,6 +233,14 @@ class RequestHandler:
                     f"request {'fields' if len(taken) > 1 else 'field'} {', '.join(taken)}: set by the "
                     "server and workers only; leave it out"
                 )
+
+    async def _principal_of(self, execution_id: str) -> Principal | None:
+        """The principal recorded with an execution's request (None: it was requested without)."""
+        subject = s.execution_event_filter(execution_id, "playbook.execution.requested")
+        msg = await self.bus.last(s.EVENTS_STREAM, subject)
+        if msg is None:
+            return None
+        return Principal.from_grant((loads(msg.data).get("payload") or {}).get("principal"))
 
     async def _already_requested(self, execution_id: str) -> bool:
         """The same request id runs once, also after JetStream's duplicate window has passed."""
