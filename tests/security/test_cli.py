@@ -61,3 +61,32 @@ async def test_credential_writes_name_their_nats_user(capsys: Any, monkeypatch: 
             assert secret not in json.dumps(records)
         finally:
             await nc.close()
+
+
+async def test_the_cli_cannot_replace_a_registered_version(nats_server: Any, tmp_path: Any) -> None:
+    """Before: `noetl catalog register` replaced an admin's pinned version with other text."""
+    import subprocess
+    import sys
+
+    path = f"team_a/pinned_{uuid.uuid4().hex[:6]}"
+    first, other = tmp_path / "v1.yaml", tmp_path / "v1b.yaml"
+    text = f"""apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: pinned, path: {path}, version: "1"}}
+workflow:
+  - step: start
+    tool: {{kind: noop, result: reviewed}}
+"""
+    first.write_text(text)
+    other.write_text(text.replace("reviewed", "rewritten"))
+
+    def noetl(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "noetl.cli.main", *argv, "--nats-url", nats_server.url],
+                              capture_output=True, text=True, timeout=60)
+
+    done = noetl("catalog", "register", str(first))
+    assert done.returncode == 0 and json.loads(done.stdout)["principal"]["role"] == "nats", done.stderr
+    again = noetl("catalog", "register", str(other))
+    assert again.returncode == 2 and "never replaced" in again.stderr, again.stderr
+    shown = noetl("catalog", "show", path, "--version", "1")
+    assert "reviewed" in shown.stdout and "rewritten" not in shown.stdout, shown

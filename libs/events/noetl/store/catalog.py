@@ -49,7 +49,12 @@ class Catalog:
         return self._objects
 
     async def register(
-        self, text: str, file: str = "<playbook>", principal: Principal | None = None
+        self,
+        text: str,
+        file: str = "<playbook>",
+        principal: Principal | None = None,
+        *,
+        writer: str | None = None,
     ) -> dict[str, Any]:
         """Validate and store a playbook under its path, its version and ``latest``.
 
@@ -57,7 +62,8 @@ class Catalog:
         again answers the stored entry; other text is a ``CatalogConflictError``), because a
         credential scope and every admin who reviewed that version trust exactly that text. Each
         entry records its digest and who wrote it. With ``principal`` the write is refused
-        (``ForbiddenError``) unless the principal may write the path's namespace.
+        (``ForbiddenError``) unless the principal may write the path's namespace. ``writer``
+        names a writer that is no principal (the ``noetl`` CLI on NATS: its NATS user).
         """
         pb = load_playbook(text, file)
         path = pb.metadata.path or pb.metadata.name
@@ -69,7 +75,9 @@ class Catalog:
             )
         digest = digest_of(text)
         await self.put_digest(digest, text)
-        who = principal.record() if principal is not None else None
+        who = principal.record() if principal is not None else (
+            {"name": writer, "role": "nats"} if writer else None
+        )
         record = {"path": path, "version": version, "digest": digest, "name": pb.metadata.name,
                   "principal": who, "registered_at": utc_now()}
         entry = json.dumps(record).encode()

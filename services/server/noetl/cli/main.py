@@ -301,18 +301,24 @@ async def _catalog(args: argparse.Namespace) -> int:
         await ensure_all(js)
         cat = await Catalog.open(js)
         if args.action == "register":
-            from noetl.dsl.errors import PlaybookInvalidError
+            from noetl.cli.ops_cmd import nats_identity
+            from noetl.dsl.errors import CatalogConflictError, PlaybookInvalidError
 
             failed = 0
+            writer = nats_identity(nc) or "nats-anonymous"  # recorded with each version it writes
             for f in args.files:
                 try:
-                    print(json.dumps(await cat.register(Path(f).read_text(), f)))
+                    entry = await cat.register(Path(f).read_text(), f, writer=writer)
+                    print(json.dumps(entry))
                 except OSError as e:
                     print(f"{f}:0: <file>: cannot read: {e.strerror}", file=sys.stderr)
                     failed += 1
                 except PlaybookInvalidError as e:
                     for p in e.problems or [e.message]:
                         print(p, file=sys.stderr)
+                    failed += 1
+                except CatalogConflictError as e:
+                    print(f"{f}:0: metadata.version: {e.message}", file=sys.stderr)
                     failed += 1
             return 2 if failed else 0
         elif args.action == "list":
