@@ -139,6 +139,12 @@ async def test_the_nats_service_checks_the_caller(deployment: Deployment) -> Non
     assert code == "403" and out["error"]["kind"] == "forbidden", out
     code, out = await ask("noetl.api.status", {"execution_id": eid}, ALICE)
     assert code is None and out["status"] == "running", out
+    code, out = await ask("noetl.api.status", {"execution_id": eid}, VIEWER)  # a viewer of team_a reads
+    assert code is None and out["status"] == "running", out
+    for subject, body in (("noetl.api.cancel", {"execution_id": eid}),
+                          ("noetl.api.execute", {"path": "team_a/approval"})):
+        code, out = await ask(subject, body, VIEWER)
+        assert code == "403" and out["error"]["kind"] == "forbidden", (subject, out)
     code, out = await ask("noetl.api.cancel", {"execution_id": eid}, ALICE)
     assert code is None, out
     cancel = await dep.events_of(eid, "execution.cancel.requested")
