@@ -136,7 +136,8 @@ async def get_credential(request: Request) -> Response:
     out: dict[str, Any] = {"name": name, "kind": record.get("kind")}
     if request.query_params.get("include_data", "").lower() not in ("1", "true", "yes"):
         return JSONResponse(out)
-    if auth_of(request)["role"] != "admin":
+    if auth_of(request)["role"] != "admin" or auth_of(request)["name"] == "anonymous":
+        # reading a value needs an admin who showed a token: an API without principals never serves one
         await _audit(request, "credential.read", name, "denied", out["kind"])
         return error(403, ForbiddenError, "include_data needs the admin token (NOETL_API_ADMIN_TOKEN)")
     try:
