@@ -89,4 +89,8 @@ async def test_a_scope_pinned_to_a_digest_refuses_other_text(deployment: Deploym
         assert (await alice.post("/api/catalog", json={"playbook": rewritten})).status_code == 201
     code, out = await dep.run(ALICE, {"path": "team_a/reviewed"})  # latest is now the rewrite
     assert code == 400 and out["error"]["kind"] == "credential_out_of_scope", out
+    async with dep.http(ALICE) as alice, dep.http(BOB) as bob:  # its namespace sees why; others do not
+        r = await alice.get(f"/api/executions/{out['execution_id']}")
+        assert r.status_code == 200 and r.json()["error"]["kind"] == "credential_out_of_scope", r.text
+        assert (await bob.get(f"/api/executions/{out['execution_id']}")).status_code == 404
     assert "-".join(dep.secret) not in json.dumps(await dep.all_events())

@@ -449,7 +449,9 @@ class RequestHandler:
         """A rejected request still ends in ``workflow.finished``, so a waiting client learns why."""
         log.warning("request for %s rejected: %s", execution_id, error.get("message"))
         msgs = []
-        closing = [("playbook.request.evaluated", "playbook", "error", {"error": error})]
+        # the namespace of what was asked for, so its readers (and only they) can see why it failed
+        where = {"namespace": namespace_of(str(req["path"]))} if isinstance(req.get("path"), str) else {}
+        closing = [("playbook.request.evaluated", "playbook", "error", {"error": error, **where})]
         for name, entity_type, status, payload in closing + ending("failed", error=error):
             ev = make_event(
                 event_id=derive_id("rejected", execution_id, name),

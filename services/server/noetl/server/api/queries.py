@@ -79,6 +79,10 @@ async def execution_namespace(conn: Any, execution_id: str) -> str | None:
     msg = await bus.last(s.EVENTS_STREAM, requested)
     if msg is not None:
         return _namespace_of_request(loads(msg.data).get("payload") or {})
+    rejected = s.execution_event_filter(execution_id, "playbook.request.evaluated")
+    evaluated = await bus.last(s.EVENTS_STREAM, rejected)
+    if evaluated is not None:  # rejected before it was recorded: the namespace of the path it asked for
+        return str((loads(evaluated.data).get("payload") or {}).get("namespace") or "")
     finished = await bus.last(s.EVENTS_STREAM, s.execution_event_filter(execution_id, "workflow.finished"))
     return "" if finished is not None else None
 
