@@ -133,3 +133,59 @@ async def test_a_principals_nats_user_reaches_only_the_checked_service(secured: 
     text = await (await Catalog.open(secured["nc"].jetstream())).get("team_a/hello")
     assert text == HELLO
     _ = yaml  # the auth file is YAML; parsed by the server
+
+
+async def test_the_cli_as_a_principal(
+    secured: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """`NOETL_TOKEN` makes the CLI act as its principal, through the checked NATS service: what a
+    principal's NATS user can reach at all."""
+    from noetl.cli.main import build_parser
+
+    alice = await _as(secured["url"], "alice", ALICE_PW)
+
+    async def cli(*argv: str) -> tuple[int, str, str]:
+        args = build_parser().parse_args([*argv, "--nats-url", "nats://unused"])
+        rc = await args.afn(alice, args)
+        out = capsys.readouterr()
+        return rc, out.out, out.err
+
+    monkeypatch.setenv("NOETL_TOKEN", ALICE_TOKEN)
+    try:
+        from noetl.client.run import Awaited  # noqa: F401  (not used: alice may not read events)
+
+        msg = await alice.request("noetl.api.execute", json.dumps({"path": "team_a/hello"}).encode(),
+                                  timeout=10, headers={"Authorization": f"Bearer {ALICE_TOKEN}"})
+        eid = json.loads(msg.data)["execution_id"]
+        rc, out, err = await cli("status", eid, "--json")
+        assert rc == 0 and json.loads(out)["path"] == "team_a/hello", err
+        rc, out, err = await cli("cancel", eid)
+        assert rc == 0, err
+        rc, out, err = await cli("signal", eid, "go")
+        assert rc in (0, 2), err  # running or finished; either way an answer, never a NATS error
+        monkeypatch.setenv("NOETL_TOKEN", "nobody-" + uuid.uuid4().hex)
+        rc, out, err = await cli("status", eid)
+        assert rc == 2 and "unauthorized" in err, err
+    finally:
+        await alice.close()
+
+
+async def test_noetl_exec_as_a_principal(secured: dict[str, Any]) -> None:
+    """`noetl exec --wait` from alice's NATS user: started and followed through the service;
+    another namespace's playbook is refused."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NOETL_NATS_USER": "alice", "NOETL_NATS_PASSWORD": ALICE_PW,
+           "NOETL_NATS_INBOX_PREFIX": "_INBOX_alice", "NOETL_TOKEN": ALICE_TOKEN}
+
+    async def noetl(*argv: str) -> subprocess.CompletedProcess[str]:  # the services run on this loop
+        cmd = [sys.executable, "-m", "noetl.cli.main", *argv, "--nats-url", secured["url"]]
+        run = subprocess.run
+        return await asyncio.to_thread(run, cmd, capture_output=True, text=True, timeout=60, env=env)
+
+    done = await noetl("exec", "--path", "team_a/hello", "--wait", "--json", "--timeout", "20")
+    assert done.returncode == 0 and json.loads(done.stdout)["status"] == "success", done.stderr
+    refused = await noetl("exec", "--path", "team_b/anything")
+    assert refused.returncode == 2 and "forbidden" in refused.stderr, refused.stderr

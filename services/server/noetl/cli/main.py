@@ -262,12 +262,31 @@ async def _exec(args: argparse.Namespace) -> dict[str, Any]:
             req["version"] = args.version
     nc = await cli_connect(args.nats_url, "noetl-exec")
     try:
+        from noetl.cli.as_principal import call_service, principal_token
+
+        if principal_token():  # as a principal: the checked NATS service starts it, status polls it
+            return await _exec_as_principal(nc, req, args, call_service)
         if args.wait:  # live progress on a terminal; task output stays in `noetl logs` otherwise
             live = Progress(sys.stderr, live=True) if wanted(args.json) else None
             return await run_with_progress(nc, req, args.timeout, live)
         return {"execution_id": await submit(nc.jetstream(), req)}
     finally:
         await nc.close()
+
+
+async def _exec_as_principal(
+    nc: Any, req: dict[str, Any], args: argparse.Namespace, call: Any
+) -> dict[str, Any]:
+    """``noetl exec`` with ``NOETL_TOKEN``: started through ``noetl.api.execute`` and, with
+    ``--wait``, followed through ``noetl.api.status`` (a principal's NATS user reads no events)."""
+    out = await call(nc, "noetl.api.execute", req)
+    if out.get("error") or not args.wait:
+        return out
+    while True:
+        status = await call(nc, "noetl.api.status", {"execution_id": out["execution_id"]})
+        if status.get("status") != "running":
+            return {"execution_id": out["execution_id"], **status}
+        await asyncio.sleep(0.5)
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
@@ -281,6 +300,10 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if isinstance(got, int):
         return got
     out = got
+    if out.get("error") and not out.get("execution_id"):  # refused before anything was recorded
+        err = out["error"]
+        print(f"noetl: {err.get('message')} ({err.get('kind')})", file=sys.stderr)
+        return 2
     if args.json or not args.wait:
         print(json.dumps(out, default=str))
     elif args.file:  # the text it sent: the error can name FILE:LINE

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from noetl.cli.as_principal import call_service, principal_token, service_error
 from noetl.cli.session import DEFAULT_TIMEOUT
 
 
@@ -63,7 +64,16 @@ async def _status(nc: Any, args: argparse.Namespace) -> int:
     from noetl.server.api.queries import execution_status
 
     _check_id(args.execution_id)
-    out = await execution_status(nc.jetstream(), args.execution_id)
+    if principal_token():  # as a principal, through the checked NATS service
+        got = await call_service(nc, "noetl.api.status", {"execution_id": args.execution_id})
+        if (refused := service_error(got)) is not None:
+            if refused.get("kind") == "not_found":
+                return _no_such_execution(args.execution_id)
+            print(f"noetl: {refused.get('message')} ({refused.get('kind')})", file=sys.stderr)
+            return 2
+        out: dict[str, Any] | None = got
+    else:
+        out = await execution_status(nc.jetstream(), args.execution_id)
     if out is None:
         return _no_such_execution(args.execution_id)
     if args.json:
@@ -143,6 +153,16 @@ async def _cancel(nc: Any, args: argparse.Namespace) -> int:
     from noetl.client.run import cancel as request_cancel
 
     _check_id(args.execution_id)
+    if principal_token():
+        body = {"execution_id": args.execution_id, "reason": args.reason}
+        got = await call_service(nc, "noetl.api.cancel", body)
+        if (refused := service_error(got)) is not None:
+            if refused.get("kind") == "not_found":
+                return _no_such_execution(args.execution_id)
+            print(f"noetl: {refused.get('message')} ({refused.get('kind')})", file=sys.stderr)
+            return 2
+        _print_json(got)
+        return 0
     out = await request_cancel(nc.jetstream(), args.execution_id, args.reason)
     if out is None:
         return _no_such_execution(args.execution_id)

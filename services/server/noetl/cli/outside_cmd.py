@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Any
 
+from noetl.cli.as_principal import call_service, principal_token
 from noetl.cli.ops_cmd import _check_id, _print_json, action_parsers, client_parser
 
 
@@ -39,6 +40,10 @@ async def _signal(nc: Any, args: argparse.Namespace) -> int:
 
     _check_id(args.execution_id)
     data = _json_arg(args.data, "--data")
+    if principal_token():
+        body = {"execution_id": args.execution_id, "signal": args.name, "data": data}
+        body["request_id"] = args.request_id
+        return _answer(await call_service(nc, "noetl.api.signal", body))
     return _answer(await signal(nc.jetstream(), args.execution_id, args.name, data, args.request_id))
 
 
@@ -46,6 +51,9 @@ async def _pause(nc: Any, args: argparse.Namespace) -> int:
     from noetl.client.run import pause
 
     _check_id(args.execution_id)
+    if principal_token():
+        body = {"execution_id": args.execution_id, "reason": args.reason}
+        return _answer(await call_service(nc, "noetl.api.pause", body))
     return _answer(await pause(nc.jetstream(), args.execution_id, args.reason))
 
 
@@ -53,6 +61,8 @@ async def _resume(nc: Any, args: argparse.Namespace) -> int:
     from noetl.client.run import resume
 
     _check_id(args.execution_id)
+    if principal_token():
+        return _answer(await call_service(nc, "noetl.api.resume", {"execution_id": args.execution_id}))
     return _answer(await resume(nc.jetstream(), args.execution_id))
 
 
