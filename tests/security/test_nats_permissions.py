@@ -185,6 +185,27 @@ async def test_noetl_exec_as_a_principal(secured: dict[str, Any]) -> None:
         run = subprocess.run
         return await asyncio.to_thread(run, cmd, capture_output=True, text=True, timeout=60, env=env)
 
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(HELLO.replace("team_a/hello", "team_a/hello2").replace("result: hi", "result: hi2"))
+    registered = await noetl("catalog", "register", f.name)
+    assert registered.returncode == 0, registered.stderr
+    assert json.loads(registered.stdout)["principal"]["name"] == "alice"
+    again = await noetl("catalog", "register", f.name)  # the same text again: idempotent
+    assert again.returncode == 0, again.stderr
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as g:
+        g.write(HELLO.replace("team_a/hello", "team_b/hello"))
+    refused = await noetl("catalog", "register", g.name)
+    assert refused.returncode == 2 and "forbidden" in refused.stderr, refused.stderr
+    listed = await noetl("catalog", "list")
+    assert "team_a/hello2" in listed.stdout and "team_b" not in listed.stdout, listed
+    scheduled = await noetl("schedule", "add", "nightly", "--path", "team_a/hello2", "--cron", "0 3 * * *")
+    assert scheduled.returncode == 0 and json.loads(scheduled.stdout)["principal"] == "alice", scheduled
+    refused = await noetl("schedule", "add", "theirs", "--path", "team_b/hello", "--cron", "0 3 * * *")
+    assert refused.returncode == 2 and "forbidden" in refused.stderr, refused.stderr
+    assert (await noetl("schedule", "delete", "nightly")).returncode == 0
+
     done = await noetl("exec", "--path", "team_a/hello", "--wait", "--json", "--timeout", "20")
     assert done.returncode == 0 and json.loads(done.stdout)["status"] == "success", done.stderr
     refused = await noetl("exec", "--path", "team_b/anything")

@@ -163,6 +163,8 @@ async def test_service_discovery_ping_info_stats(service) -> None:  # type: igno
         ("schedule_pause", "noetl.api.schedule.pause", "noetl"),
         ("schedule_resume", "noetl.api.schedule.resume", "noetl"),
         ("schedule_delete", "noetl.api.schedule.delete", "noetl"),
+        ("catalog_register", "noetl.api.catalog.register", "noetl"),
+        ("catalog_list", "noetl.api.catalog.list", "noetl"),
     }
     inbox = user.new_inbox()
     sub = await user.subscribe(inbox)

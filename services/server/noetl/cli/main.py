@@ -313,6 +313,32 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return 0 if not args.wait or out.get("status") == "success" else 1
 
 
+async def _catalog_as_principal(nc: Any, args: argparse.Namespace) -> int:
+    """``noetl catalog register|list`` with ``NOETL_TOKEN``: through the checked NATS service."""
+    from noetl.cli.as_principal import call_service, service_error
+
+    if args.action == "list":
+        for e in (await call_service(nc, "noetl.api.catalog.list", {})).get("playbooks") or []:
+            print(json.dumps(e))
+        return 0
+    failed = 0
+    for f in args.files:
+        try:
+            text = Path(f).read_text()
+        except OSError as e:
+            print(f"{f}:0: <file>: cannot read: {e.strerror}", file=sys.stderr)
+            failed += 1
+            continue
+        out = await call_service(nc, "noetl.api.catalog.register", {"playbook": text})
+        if (refused := service_error(out)) is not None:
+            for p in refused.get("problems") or [f"{f}: {refused.get('message')} ({refused.get('kind')})"]:
+                print(p, file=sys.stderr)
+            failed += 1
+        else:
+            print(json.dumps(out))
+    return 2 if failed else 0
+
+
 async def _catalog(args: argparse.Namespace) -> int:
     from noetl.cli.session import cli_connect
     from noetl.events.streams import ensure_all
@@ -320,6 +346,10 @@ async def _catalog(args: argparse.Namespace) -> int:
 
     nc = await cli_connect(args.nats_url, "noetl-catalog")
     try:
+        from noetl.cli.as_principal import principal_token
+
+        if principal_token() and args.action in ("register", "list"):
+            return await _catalog_as_principal(nc, args)
         js = nc.jetstream()
         await ensure_all(js)
         cat = await Catalog.open(js)

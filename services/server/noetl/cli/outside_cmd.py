@@ -66,38 +66,49 @@ async def _resume(nc: Any, args: argparse.Namespace) -> int:
     return _answer(await resume(nc.jetstream(), args.execution_id))
 
 
+def _print_schedules(out: list[dict[str, Any]], as_json: bool) -> int:
+    if as_json:
+        _print_json(out)
+        return 0
+    for sch in out:
+        state = "paused" if sch.get("paused") else "active"
+        skipped = ""
+        if sch.get("skipped"):  # --overlap skip: due times that started nothing
+            skipped = f"  skipped {sch['skipped']}, last {sch.get('last_skipped')}"
+        print(
+            f"{sch['name']:<24} {state:<7} {sch['cron']!r:<20} {sch.get('timezone') or 'UTC':<16} "
+            f"{sch['path']}  next {sch.get('next_fire') or '-'}{skipped}"
+        )
+    return 0
+
+
+def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
+    """``noetl schedule add``'s flags as the request body of ``/api/schedules`` and the service."""
+    body: dict[str, Any] = {"path": args.path, "cron": args.cron, "overlap": args.overlap}
+    for key, value in (("version", args.version), ("timezone", args.timezone),
+                       ("payload", _json_arg(args.payload, "--payload"))):
+        if value is not None:
+            body[key] = value
+    return body
+
+
 async def _schedule(nc: Any, args: argparse.Namespace) -> int:
     from noetl.store.schedules import ScheduleStore
 
+    if principal_token():  # as a principal: the checked NATS service
+        subject = f"noetl.api.schedule.{args.action}"
+        body = {} if args.action == "list" else {"name": args.name}
+        if args.action == "add":
+            body.update(_schedule_body(args))
+        got = await call_service(nc, subject, body)
+        if args.action != "list" or "error" in got:
+            return _answer(got)
+        return _print_schedules(got.get("schedules") or [], args.json)
     store = await ScheduleStore.open(nc.jetstream())
     if args.action == "list":
-        out = await store.list()
-        if args.json:
-            _print_json(out)
-            return 0
-        for sch in out:
-            state = "paused" if sch.get("paused") else "active"
-            skipped = ""
-            if sch.get("skipped"):  # --overlap skip: due times that started nothing
-                skipped = f"  skipped {sch['skipped']}, last {sch.get('last_skipped')}"
-            print(
-                f"{sch['name']:<24} {state:<7} {sch['cron']!r:<20} {sch.get('timezone') or 'UTC':<16} "
-                f"{sch['path']}  next {sch.get('next_fire') or '-'}{skipped}"
-            )
-        return 0
-    if args.action == "add":
-        payload = _json_arg(args.payload, "--payload")
-        return _answer(
-            await store.add(
-                args.name,
-                path=args.path,
-                version=args.version,
-                cron=args.cron,
-                timezone=args.timezone,
-                payload=payload,
-                overlap=args.overlap,
-            )
-        )
+        return _print_schedules(await store.list(), args.json)
+    if args.action == "add":  # as /api/schedules: a schedule of a playbook not in the catalog is refused
+        return _answer(await store.add_request(args.name, _schedule_body(args)))
     if args.action == "pause":
         return _answer(await store.set_paused(args.name, True))
     if args.action == "resume":

@@ -56,6 +56,8 @@ PAUSE_SUBJECT = "noetl.api.pause"
 RESUME_SUBJECT = "noetl.api.resume"
 SCHEDULE_SUBJECT = "noetl.api.schedule.{action}"
 SCHEDULE_ACTIONS = ("add", "list", "pause", "resume", "delete")
+CATALOG_REGISTER_SUBJECT = "noetl.api.catalog.register"
+CATALOG_LIST_SUBJECT = "noetl.api.catalog.list"
 # what an outside-input or schedule refusal answers, by error kind (the HTTP API answers the same codes)
 OUTSIDE_CODES = {"not_found": 404, "execution_finished": 409, "request_invalid": 400, "forbidden": 403}
 
@@ -136,6 +138,8 @@ class NatsApiService:
                 (f"schedule_{action}", SCHEDULE_SUBJECT.format(action=action), self._schedule_handler(action))
                 for action in SCHEDULE_ACTIONS
             ),
+            ("catalog_register", CATALOG_REGISTER_SUBJECT, self._catalog_register),
+            ("catalog_list", CATALOG_LIST_SUBJECT, self._catalog_list),
         ):
             await self.service.add_endpoint(name=name, subject=subject, handler=self._authed(handler))
 
@@ -249,6 +253,37 @@ class NatsApiService:
             await _reply(req, reply_error(NoSuchEntityError(f"no execution {eid}")), 404)
             return
         await _reply(req, out)
+
+    async def _catalog_register(self, req: Request, principal: Principal) -> None:
+        """``noetl.api.catalog.register`` ({playbook: text}): ``POST /api/catalog`` over NATS, for a
+        principal's NATS user, which may not write the catalog's bucket itself."""
+        from noetl.dsl.errors import CatalogConflictError, PlaybookInvalidError
+
+        body = _object(req)
+        text = body.get("playbook") if body is not None else None
+        if not isinstance(text, str) or self.catalog is None:
+            await _reply(req, reply_error(RequestInvalidError('send {"playbook": "<YAML text>"}')), 400)
+            return
+        js = self.nc.jetstream()
+        try:
+            out = await self.catalog.register(text, "<request>", principal)
+        except PlaybookInvalidError as e:
+            await _reply(req, {"error": e.to_dict()}, 422)
+            return
+        except (ForbiddenError, CatalogConflictError) as e:
+            await record_action(js, action="catalog.register", principal=principal.name, target="<refused>",
+                                outcome=e.kind)
+            await _reply(req, reply_error(e), 403 if isinstance(e, ForbiddenError) else 409)
+            return
+        await record_action(js, action="catalog.register", principal=principal.name,
+                            target=f"{out['path']}@{out.get('version') or 'latest'}",
+                            namespace=namespace_of(out["path"]), digest=out["digest"])
+        await _reply(req, out)
+
+    async def _catalog_list(self, req: Request, principal: Principal) -> None:
+        entries = await self.catalog.list() if self.catalog is not None else []
+        visible = [e for e in entries if principal.may("read", namespace_of(e["path"]))]
+        await _reply(req, {"playbooks": visible})
 
     def _schedule_handler(self, action: str) -> Any:
         async def handler(req: Request, principal: Principal) -> None:
