@@ -13,6 +13,8 @@ import json
 import os
 from typing import Any
 
+from noetl.dsl.errors import RequestInvalidError, reply_error
+
 TOKEN_ENV = "NOETL_TOKEN"
 
 
@@ -31,9 +33,9 @@ async def call_service(
     try:
         out = json.loads(msg.data or b"{}")
     except ValueError:
-        return {"error": {"kind": "request_invalid", "message": f"{subject} answered no JSON"}}
+        return reply_error(RequestInvalidError(f"{subject} answered no JSON"))
     if not isinstance(out, dict):
-        return {"error": {"kind": "request_invalid", "message": f"{subject} answered no JSON object"}}
+        return reply_error(RequestInvalidError(f"{subject} answered no JSON object"))
     return out
 
 
