@@ -123,7 +123,7 @@ workflow:
 """
 
 
-async def test_a_playbook_printing_its_dsn_leaks_nothing(deployment: Deployment, nc) -> None:  # type: ignore[no-untyped-def]
+async def test_a_playbook_printing_its_dsn_leaks_nothing(deployment: Deployment, nc) -> None:
     from noetl.store.credentials import CredentialStore
 
     dep = deployment

@@ -66,8 +66,8 @@ async def test_another_namespace_cannot_see_or_touch_an_execution(deployment: De
     events = [e for e in await dep.all_events() if e["execution_id"] == eid]
     assert len(received) == 1 and received[0]["payload"]["principal"] == "alice", received
     requested = next(e for e in events if e["name"] == "playbook.execution.requested")
-    alice = {"name": "alice", "role": "operator", "namespaces": ["team_a"]}
-    assert requested["payload"]["principal"] == alice
+    grant = {"name": "alice", "role": "operator", "namespaces": ["team_a"]}
+    assert requested["payload"]["principal"] == grant
     assert requested["payload"]["namespace"] == "team_a"
     audit = [r for _, r in await read_messages(dep.nc.jetstream(), AUDIT_STREAM, ["noetl.audit.actions"])]
     assert any(
@@ -88,9 +88,11 @@ async def test_reserved_request_fields_are_the_servers(deployment: Deployment) -
             r = await alice.post("/api/executions", json={"path": "team_a/approval", **extra})
             assert r.status_code == 400 and r.json()["error"]["kind"] == "request_invalid", (extra, r.text)
     # nor over the request stream itself: refused, and nothing recorded under the schedule's id
-    squat = {"request_id": f"schedule.nightly.{uuid.uuid4().hex}", "path": "team_a/approval", "payload": {}}
+    squat: dict[str, Any] = {
+        "request_id": f"schedule.nightly.{uuid.uuid4().hex}", "path": "team_a/approval", "payload": {}
+    }
     await dep.nc.jetstream().publish(s.REQUEST_SUBJECT, json.dumps(squat).encode())
-    plain = {"request_id": uuid.uuid4().hex, "path": "team_a/approval", "payload": {}}
+    plain: dict[str, Any] = {"request_id": uuid.uuid4().hex, "path": "team_a/approval", "payload": {}}
     await dep.nc.jetstream().publish(s.REQUEST_SUBJECT, json.dumps(plain).encode())  # handled after it
     async with dep.http(ROOT) as root:
         plain_url = f"/api/executions/{execution_id_for(plain['request_id'])}"

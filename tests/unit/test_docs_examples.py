@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -102,7 +103,7 @@ def _noetl() -> list[str]:
 
 
 # (example, extra arguments, what the docs say about the run)
-RUNS = [
+RUNS: list[tuple[str, list[str], dict[str, Any]]] = [
     (
         "quickstart.yaml",
         ["--payload", '{"orders": [{"id": 7, "amount": 250}]}'],
@@ -115,6 +116,11 @@ RUNS = [
     ),
     ("loop_parallel.yaml", [], {"result": {"done": 3, "failed": 1, "parsed": ["a.csv", "b.csv", "c.csv"]}}),
     ("subplaybook.yaml", ["--catalog", str(EXAMPLES / "lib")], {"result": {"doubled": 42}}),
+    (
+        "tool_script.yaml",
+        [],
+        {"result": {"count": 2, "lines": ["hello ada", "hello grace"]}, "ctx": {"missing": True}},
+    ),
 ]
 
 

@@ -108,7 +108,7 @@ def test_then_without_do_means_continue_and_boolean_when_becomes_a_template() ->
         "- step: start\n  tool:\n    - name: t\n      kind: noop\n      spec: {policy: {rules: "
         "[{when: true, then: {set_ctx: {a: 1}}}]}}\n"
     )
-    (rule,) = load_playbook(text).workflow[0].tool[0].policy.rules  # type: ignore[union-attr]
+    (rule,) = load_playbook(text).workflow[0].tool[0].policy.rules
     assert rule.when == "{{ true }}"
     assert rule.then == {"set_ctx": {"a": 1}, "do": "continue"}
 
@@ -128,7 +128,7 @@ def test_next_router_defaults_and_arcs() -> None:
     plain = load_playbook(
         steps("- step: start\n  next: {arcs: [{step: b}]}\n- step: b\n  tool: {kind: noop}\n")
     )
-    assert plain.workflow[0].next.mode == "exclusive"  # type: ignore[union-attr]
+    assert plain.workflow[0].next.mode == "exclusive"
     assert plain.workflow[0].tool == ()
 
 
@@ -164,10 +164,10 @@ def test_step_scope_policies_admit_and_failure_mode() -> None:
     [
         ("{in: '{{ workload.xs }}', iterator: x}", "sequential", 16, {}),
         (
-            "{in: [1, 2], iterator: x, spec: {mode: parallel, max_in_flight: 3, chunk: 2}}",
+            "{in: [1, 2], iterator: x, spec: {mode: parallel, max_in_flight: 3, timeout: 2}}",
             "parallel",
             3,
-            {"chunk": 2},
+            {"timeout": 2},
         ),
         (
             "{in: [1], iterator: x, spec: {policy: {mode: parallel, max_in_flight: 4, exec: local}}}",
@@ -192,14 +192,14 @@ def test_loop_modes_from_spec_or_spec_policy(loop: str, mode: str, cap: int, spe
 def test_playbook_fields_source_digest_and_file() -> None:
     text = steps(
         "- step: start\n  tool: {kind: noop}\n",
-        root="keychain: [{name: pg, kind: postgres_credential, scope: ro}]\nworkload: {a: 1}\n"
+        root="keychain: [{name: pg, kind: postgres_credential}]\nworkload: {a: 1}\n"
         "executor: {spec: {timeout: 1}}\nworkbook: {tasks: {w: {kind: noop}}}\n",
     )
     pb = load_playbook(text, "p.yaml")
     assert pb.source == text and pb.file == "p.yaml"
     assert pb.digest == hashlib.sha256(text.encode()).hexdigest()
     assert pb.metadata.name == "t"
-    assert pb.keychain[0].name == "pg" and pb.keychain[0].extra == {"scope": "ro"}
+    assert pb.keychain[0].name == "pg" and pb.keychain[0].extra == {}
     assert pb.workload == {"a": 1} and pb.executor == {"spec": {"timeout": 1}}
     assert pb.workbook == {"w": {"kind": "noop"}}
     assert pb.step("start").name == "start"

@@ -11,7 +11,7 @@ authors.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_model
 from pydantic.fields import FieldInfo
@@ -35,23 +35,25 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
-class Metadata(_Open):
+class Metadata(_Closed):
     """Identity of the playbook; `path` is how other playbooks and the catalog refer to it."""
 
     name: str = Field(min_length=1, description="Required name of the playbook.")
     path: str | None = Field(None, description="Catalog path, e.g. examples/demo.")
     version: str | int | float | None = Field(None, description="Version, kept as a string.")
     description: str | None = None
+    tags: Any = Field(None, description="The author's own, kept as written.")
+    labels: Any = Field(None, description="The author's own, kept as written.")
 
 
-class KeychainEntry(_Open):
+class KeychainEntry(_Closed):
     """A credential the playbook needs, resolved before the workflow starts; read as keychain.<name>."""
 
     name: str = Field(min_length=1)
     kind: str = Field(min_length=1, description="Credential kind, e.g. postgres_credential, secret.")
 
 
-class Executor(_Open):
+class Executor(_Closed):
     """Runtime defaults; `spec` is the outermost layer of every task's effective spec."""
 
     spec: dict[str, Any] | None = None
@@ -164,13 +166,16 @@ def _spec_model(kind: str, fields: type[BaseModel]) -> type[BaseModel]:
 def task_model(kind: str, fields: type[BaseModel], template: bool = False) -> type[BaseModel]:
     """The task model of a kind: its fields plus every task's `name`, `kind` and `spec`."""
     doc = fields.__doc__ or f"A `kind: {kind}` task."
-    return create_model(  # type: ignore[call-overload, no-any-return]
+    common: dict[str, Any] = {  # built at run time (Literal[kind]): no static type to check
+        "name": (str | None, Field(None, description=_TASK_NAME)),
+        "kind": (Literal[kind], Field(description="The task kind.")),
+        "spec": (_spec_model(kind, fields) | None, None),
+    }
+    return create_model(
         kind.capitalize() + ("TaskTemplate" if template else "Task"),
         __base__=_template_form(fields) if template else fields,
         __doc__=f"A `workbook.tasks` template of {doc}" if template else doc,
-        name=(str | None, Field(None, description=_TASK_NAME)),
-        kind=(Literal[kind], Field(description="The task kind.")),
-        spec=(_spec_model(kind, fields) | None, None),
+        **common,
     )
 
 
@@ -180,7 +185,7 @@ class PluginTask(_Open):
     name: str | None = Field(None, description=_TASK_NAME)
     kind: str = Field(
         description="A kind added by a plug-in.",
-        json_schema_extra={"not": {"enum": sorted(BUILTIN_MODELS)}},
+        json_schema_extra={"not": {"enum": [*sorted(BUILTIN_MODELS)]}},
     )
     spec: OpenTaskSpec | None = None
 
@@ -210,8 +215,13 @@ def _union(template: bool) -> Any:
     ]
 
 
-Task = _union(template=False)
-TaskTemplate = _union(template=True)
+# Built at import from the kinds' models, so a static checker cannot read them: to it they are Any
+if TYPE_CHECKING:
+    Task: TypeAlias = Any
+    TaskTemplate: TypeAlias = Any
+else:
+    Task = _union(template=False)
+    TaskTemplate = _union(template=True)
 
 LabelledTask = Annotated[
     dict[str, "Task | Sugar"],
@@ -308,7 +318,7 @@ class AdmitPolicy(_Closed):
     rules: list[AdmitRule]
 
 
-class FailurePolicy(_Open):
+class FailurePolicy(_Closed):
     mode: Literal["fail_fast", "best_effort"] = "fail_fast"
 
 
@@ -344,12 +354,20 @@ class Lifecycle(_Closed):
     await_: Await | None = Field(None, alias="await")
 
 
-class StepPolicy(_Open):
+class RunLimits(_Closed):
+    """Limits of one step run, layered executor → step → loop; the execution-wide ones are set in
+    `executor.spec.policy.limits` only."""
+
+    max_payload_bytes: int | None = Field(None, ge=1, description="Results larger go by reference.")
+
+
+class StepPolicy(_Closed):
     """Step-scope policy: admission and lifecycle hints, never control actions."""
 
     admit: AdmitPolicy | None = None
     failure: FailurePolicy | None = None
     lifecycle: Lifecycle | None = None
+    limits: RunLimits | None = None
 
 
 class StepSpec(_Open):
@@ -359,7 +377,7 @@ class StepSpec(_Open):
 Reducer = Literal["sum", "min", "max", "count", "append", "extend", "merge"]
 
 
-class LoopPolicy(_Open):
+class LoopPolicy(_Closed):
     mode: Literal["sequential", "parallel"] | None = None
     max_in_flight: int | None = Field(None, ge=1)
     exec: Literal["distributed", "local"] | None = Field(
@@ -372,6 +390,7 @@ class LoopPolicy(_Open):
         description="ctx key -> how iterations' `set_ctx` writes to it are combined (sum, min, max, count, "
         "append, extend, merge); a parallel loop may set_ctx only these keys.",
     )
+    limits: RunLimits | None = None
 
 
 class LoopSpec(_Open):
@@ -397,11 +416,10 @@ class Arc(_Closed):
     spec: dict[str, Any] | None = None
 
 
-class NextSpec(_Open):
+class NextSpec(_Closed):
     mode: Literal["exclusive", "inclusive"] | None = Field(
         None, description="exclusive (default): first matching arc; inclusive: all."
     )
-    policy: dict[str, Any] | None = None
 
 
 class Next(_Closed):

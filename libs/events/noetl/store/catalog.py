@@ -19,6 +19,7 @@ from noetl.dsl.cache import digest_of
 from noetl.dsl.errors import CatalogConflictError, ForbiddenError
 from noetl.events import subjects as s
 from noetl.events.clock import utc_now
+from noetl.events.envelope import Event
 from noetl.events.nats_port import as_bus
 from noetl.events.port import Bus, KeyExistsError, KeyValue, ObjectStore
 from noetl.store.principals import Principal, namespace_of
@@ -104,7 +105,8 @@ class Catalog:
         e = await self.kv.get(s.catalog_path_key(path, version))
         if e is None or not e.value:
             return None
-        return json.loads(e.value)
+        stored: dict[str, Any] = json.loads(e.value)
+        return stored
 
     async def put_digest(self, digest: str, text: str) -> None:
         if digest in self._known:
@@ -127,7 +129,7 @@ class Catalog:
         data = await (await self._object_store()).get(digest)
         return None if data is None else data.decode()
 
-    async def with_playbook_text(self, event: dict[str, Any]) -> dict[str, Any]:
+    async def with_playbook_text(self, event: Event) -> Event:
         """A ``playbook.execution.requested`` event as the engine reads it: with its playbook's text.
 
         The event carries the text itself unless that would not fit in one message; then it

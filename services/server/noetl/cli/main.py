@@ -64,7 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from noetl.cli.embedded import run_embedded
     from noetl.cli.output import summary
     from noetl.dsl import validate_text
-    from noetl.dsl.errors import PlaybookInvalidError, TimeoutError_
+    from noetl.dsl.errors import DeploymentError, PlaybookInvalidError, TimeoutError_
 
     path = Path(args.file)
     try:
@@ -85,6 +85,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                     }
                 )
             )
+        return 2
+    from noetl.host.natsserver import SYNC_INTERVAL_ENV, sync_interval_setting
+
+    try:  # the embedded nats-server's fsync interval (docs/guarantees.md)
+        sync_interval_setting(os.environ.get(SYNC_INTERVAL_ENV))
+    except ValueError as e:
+        print(f"noetl run: {e}", file=sys.stderr)
         return 2
     print(f"noetl: running {path} on an embedded NATS server", file=sys.stderr)
     from noetl.cli.progress import Progress, wanted
@@ -109,6 +116,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
         print(f"noetl: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
         return 128 + signum
+    except DeploymentError as e:  # the nats-server found cannot run NoETL (too old)
+        print(f"noetl run: {e.message}", file=sys.stderr)
+        return 2
     except TimeoutError:
         print(f"noetl: the execution did not finish within --timeout {args.timeout} s", file=sys.stderr)
         if args.json:
@@ -134,22 +144,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return run(args.out, kinds=args.kinds)
 
 
-async def _connect_service(url: str, name: str) -> Any:
-    """A service waits for NATS instead of exiting: in a cluster it starts before its nodes do."""
-    import logging
-
-    from nats.errors import NoServersError
-
-    from noetl.events.bus import connect
-
-    while True:
-        try:
-            return await connect(url, name=name)
-        except (NoServersError, OSError, TimeoutError) as e:
-            logging.getLogger("noetl").warning("NATS at %s not reachable (%s); trying again", url, e)
-            await asyncio.sleep(1.0)
-
-
 async def _serve(args: argparse.Namespace, role: str) -> None:
     """Run until SIGTERM or SIGINT. The handlers go in first: a process stopped while it still
     starts (waiting for NATS, a cluster electing) stops cleanly with exit code 0 too."""
@@ -160,10 +154,43 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
     nc: Any = None
     svc: Any = None
     ops: Any = None
+    listener: Any = None
 
     async def start() -> None:
-        nonlocal nc, svc, ops
-        nc = await _connect_service(args.nats_url, f"noetl-{role}")
+        """The HTTP port first (the server's probes say what is wrong while NATS is not
+        reached), then NATS, waited for as long as it takes and logged while it fails, then the
+        check that this nats-server can run NoETL, then the service."""
+        nonlocal nc, svc, ops, listener
+        from noetl.events.bus import connect
+        from noetl.events.connection import ConnectionState, check_server, redact_urls
+
+        where = redact_urls(args.nats_url)
+        state = ConnectionState(where)
+        http_port = getattr(args, "http_port", -1)
+        if role == "server" and http_port >= 0:
+            from noetl.server.api.listener import HttpListener
+            from noetl.server.api.server import ADMIN_TOKEN_ENV, INSECURE_ENV, TOKEN_ENV, check_exposure
+            from noetl.store.principals import Principals
+
+            host = getattr(args, "http_host", "127.0.0.1")
+            insecure = bool(getattr(args, "insecure", False)) or os.environ.get(
+                INSECURE_ENV, ""
+            ).strip().lower() in ("1", "true", "yes")
+            # the principals (tokens, the auth file) are read before the port opens: a bad auth
+            # file stops the start here, and principals count as the API's token
+            token = os.environ.get(TOKEN_ENV) or None
+            principals = Principals.load(
+                token, os.environ.get(ADMIN_TOKEN_ENV) or None, getattr(args, "auth_file", None)
+            )
+            check_exposure(host, token or ("principals" if principals.required else None), insecure)
+            listener = HttpListener(host, http_port, state)
+            await listener.start()
+            print(
+                f"noetl {role}: /health and /ready on {listener.url} (the API follows once NATS is reached)",
+                file=sys.stderr,
+            )
+        nc = await connect(args.nats_url, name=f"noetl-{role}", state=state)
+        await check_server(nc, role)
         if role == "server":
             from noetl.server.service import Server
 
@@ -180,11 +207,12 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
             role,
             svc,
             http_host=getattr(args, "http_host", "127.0.0.1"),
-            http_port=getattr(args, "http_port", -1),
+            http_port=http_port,
             insecure=True if getattr(args, "insecure", False) else None,
             auth_file=getattr(args, "auth_file", None),
+            listener=listener,
         )
-        print(f"noetl {role} running against {args.nats_url}", file=sys.stderr)
+        print(f"noetl {role} running against {where}", file=sys.stderr)
         if ops.api is not None:
             print(f"noetl {role}: HTTP API on {ops.api.url}", file=sys.stderr)
 
@@ -203,6 +231,8 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
         stopping.cancel()
         if ops is not None:
             await ops.stop()
+        if listener is not None:
+            await listener.stop()
         if svc is not None:
             with contextlib.suppress(Exception):
                 await svc.stop()
@@ -266,6 +296,8 @@ async def _exec(args: argparse.Namespace) -> dict[str, Any]:
 
         if principal_token():  # as a principal: the checked NATS service starts it, status polls it
             return await _exec_as_principal(nc, req, args, call_service)
+        if args.file:  # a pool nobody serves would hold the execution without a word: say it now
+            await _warn_unserved_pools(nc, req["playbook"], args.file)
         if args.wait:  # live progress on a terminal; task output stays in `noetl logs` otherwise
             live = Progress(sys.stderr, live=True) if wanted(args.json) else None
             return await run_with_progress(nc, req, args.timeout, live)
@@ -279,7 +311,7 @@ async def _exec_as_principal(
 ) -> dict[str, Any]:
     """``noetl exec`` with ``NOETL_TOKEN``: started through ``noetl.api.execute`` and, with
     ``--wait``, followed through ``noetl.api.status`` (a principal's NATS user reads no events)."""
-    out = await call(nc, "noetl.api.execute", req)
+    out: dict[str, Any] = await call(nc, "noetl.api.execute", req)
     if out.get("error") or not args.wait:
         return out
     while True:
@@ -287,6 +319,19 @@ async def _exec_as_principal(
         if status.get("status") != "running":
             return {"execution_id": out["execution_id"], **status}
         await asyncio.sleep(0.5)
+
+
+async def _warn_unserved_pools(nc: Any, text: str, file: str) -> None:
+    from noetl.cli.pools import playbook_pools, unserved_message, unserved_pools
+    from noetl.dsl.cache import parse_playbook
+
+    try:
+        pools = playbook_pools(parse_playbook(text, file))
+        missing = await unserved_pools(nc, pools)
+    except Exception:  # an invalid playbook is refused by the server, with its lines
+        return
+    for pool in missing:
+        print(unserved_message(pool, pools[pool]), file=sys.stderr)
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
@@ -367,16 +412,16 @@ async def _catalog(args: argparse.Namespace) -> int:
                     print(f"{f}:0: <file>: cannot read: {e.strerror}", file=sys.stderr)
                     failed += 1
                 except PlaybookInvalidError as e:
-                    for p in e.problems or [e.message]:
-                        print(p, file=sys.stderr)
+                    for line in [str(p) for p in e.problems] or [e.message]:
+                        print(line, file=sys.stderr)
                     failed += 1
                 except CatalogConflictError as e:
                     print(f"{f}:0: metadata.version: {e.message}", file=sys.stderr)
                     failed += 1
             return 2 if failed else 0
         elif args.action == "list":
-            for e in await cat.list():
-                print(json.dumps(e))
+            for entry in await cat.list():
+                print(json.dumps(entry))
         else:
             text = await cat.get(args.files[0], args.version)
             if text is None:
@@ -496,6 +541,9 @@ def build_parser() -> argparse.ArgumentParser:
     from noetl.cli import outside_cmd
 
     outside_cmd.add_parsers(sub, nats_url)
+    from noetl.cli import rerun_cmd
+
+    rerun_cmd.add_parsers(sub, nats_url)
     from noetl.cli.analysis_cmd import add_parsers
 
     add_parsers(sub, nats_url)

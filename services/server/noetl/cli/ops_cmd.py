@@ -27,6 +27,15 @@ def _run(fn: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[[a
         async def main() -> int:
             nc = await cli_connect(args.nats_url, f"noetl-{args.command}")
             try:
+                if isinstance(getattr(args, "execution_id", None), str):
+                    from noetl.server.api.queries import resolve_execution_id
+
+                    # the short ids the console and `noetl executions` show work here too
+                    full = await resolve_execution_id(nc.jetstream(), args.execution_id)
+                    if isinstance(full, dict):
+                        print(f"noetl: {full['error']['message']}", file=sys.stderr)
+                        return 2
+                    args.execution_id = full
                 return await fn(nc, args)
             finally:
                 await nc.close()
@@ -129,6 +138,8 @@ def _outside_note(e: dict[str, Any]) -> str:
     if e.get("paused"):
         notes.append("paused")
     notes += [f"waiting: step {w.get('step')} for signal {w.get('signal')!r}" for w in e.get("waiting") or []]
+    if e.get("stalled"):
+        notes.append(f"{e['stalled']['state']} {e['stalled']['idle_s']:.0f} s")
     return "".join(f"  ({n})" for n in notes)
 
 
@@ -307,7 +318,7 @@ def client_parser(
 ) -> argparse.ArgumentParser:
     """A command that talks to a deployment: ``--nats-url`` and ``--timeout``, and ``fn`` run
     with a client (``afn``: the coroutine, for callers with a loop and a client of their own)."""
-    p = sub.add_parser(name, help=help_text)
+    p: argparse.ArgumentParser = sub.add_parser(name, help=help_text)
     p.add_argument(
         "--nats-url", default=nats_url_default, help="NATS URL, or a comma-separated list of a cluster's"
     )

@@ -12,22 +12,29 @@ itself, plus ``playbook.execution.requested``; the engine's own outputs are neve
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from noetl.dsl.cache import parse_playbook, template_engine
-from noetl.dsl.errors import EventBytesLimitError, ExecutionCancelledError, KeychainUnresolvedError
+from noetl.dsl.errors import (
+    EventBytesLimitError,
+    ExecutionCancelledError,
+    KeychainKindMismatchError,
+    KeychainUnresolvedError,
+    RerunRefusedError,
+)
 from noetl.dsl.specmerge import deep_merge
 from noetl.engine import loops, outside, routing
 from noetl.engine.emitter import Decision, Emitter
 from noetl.engine.endings import ending
 from noetl.engine.limits import DEFAULT_MAX_EVENT_BYTES, by_reference, execution_limit, size
-from noetl.engine.state import ExecutionState
-from noetl.events.envelope import trace_of
+from noetl.engine.state import EventView, ExecutionState
+from noetl.events import vocabulary
+from noetl.events.envelope import Event, trace_of
 
 __all__ = ["Decision", "decide", "is_input", "new_state"]
 
 
-def new_state(event: dict[str, Any]) -> ExecutionState:
+def new_state(event: Event) -> ExecutionState:
     """The state an execution starts in, from its ``playbook.execution.requested`` event."""
     p = event["payload"]
     playbook = parse_playbook(p["playbook"], p.get("file") or p.get("path") or "<request>")
@@ -43,31 +50,17 @@ def new_state(event: dict[str, Any]) -> ExecutionState:
     )
 
 
-def is_input(event: dict[str, Any]) -> bool:
+def is_input(event: Event) -> bool:
+    """Whether the engine decides on this event: the outside inputs whoever wrote them, and a
+    worker's terminal events (the server writes step.done / step.failed too, as outputs)."""
     name = event.get("name")
     if name in _OUTSIDE_INPUTS:
         return True
-    return event.get("source") == "worker" and name in (
-        "step.done",
-        "step.failed",
-        "loop.iteration.done",
-        "loop.iteration.failed",
-        "loop.local.stopped",
-    )
+    return event.get("source") == "worker" and name in _WORKER_TERMINALS
 
 
-# inputs whoever writes them (the server's adapters do): requests, cancels, and time and the
-# outside world (SEMANTICS §16, §17)
-_OUTSIDE_INPUTS = frozenset(
-    {
-        "playbook.execution.requested",
-        "execution.cancel.requested",
-        "timer.fired",
-        "signal.received",
-        "execution.pause.requested",
-        "execution.resume.requested",
-    }
-)
+_OUTSIDE_INPUTS = frozenset(vocabulary.OUTSIDE_INPUTS)
+_WORKER_TERMINALS = frozenset(vocabulary.WORKER_TERMINAL_EVENTS)
 
 
 # filter work one decision's renders may do together (each render also has its own limit): the
@@ -75,12 +68,12 @@ _OUTSIDE_INPUTS = frozenset(
 DECISION_WORK = 2_000_000
 
 
-def decide(state: ExecutionState, event: dict[str, Any]) -> Decision:
+def decide(state: ExecutionState, event: Event) -> Decision:
     with template_engine(state.playbook).shared_budget(DECISION_WORK):
         return _decide(state, event)
 
 
-def _decide(state: ExecutionState, event: dict[str, Any]) -> Decision:
+def _decide(state: ExecutionState, event: Event) -> Decision:
     em = Emitter(state, event)
     if state.finished:
         return em.out
@@ -118,6 +111,8 @@ def _decide(state: ExecutionState, event: dict[str, Any]) -> Decision:
         outside.on_pause(state, event, em)
     elif name == "execution.resume.requested":
         outside.on_resume(state, event, em)
+    elif name == "execution.abort.requested":
+        outside.on_abort(state, event, em)
     _check_event_bytes(state, em)
     outside.stop_idle(state, em)
     _maybe_finish(state, em)
@@ -142,16 +137,32 @@ def _check_event_bytes(state: ExecutionState, em: Emitter) -> None:
             loops.maybe_end_loop(state, run, em)
 
 
-def _on_requested(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
+def _on_requested(state: ExecutionState, event: Event, em: Emitter) -> None:
     p = event["payload"]
     missing = list(p.get("keychain_missing") or [])
     meta = state.playbook.metadata
     evaluated = {"path": meta.path, "version": meta.version, "name": meta.name}
+    mismatched = [m for m in p.get("keychain_mismatch") or () if isinstance(m, dict)]
+    err: dict[str, object] | None = None
     if missing:
         err = KeychainUnresolvedError(
             f"keychain entries do not resolve: {', '.join(missing)}; add them with "
             "`noetl credentials set` or pass --credentials FILE"
         ).to_dict()
+    elif mismatched:
+        at = {e.name: i for i, e in enumerate(state.playbook.keychain)}
+        said = "; ".join(
+            f"{m.get('name')!r} is declared `kind: {m.get('declared')}` "
+            f"(keychain[{at.get(str(m.get('name')))}]) but stored as {m.get('stored')!r}"
+            for m in mismatched
+        )
+        err = KeychainKindMismatchError(
+            f"keychain kinds do not match the stored entries: {said}. The declared kind decides what of "
+            "an entry is masked and how it is read: declare the stored kind in the playbook's `keychain`, "
+            "or store the entry again with the declared kind (`noetl credentials set NAME --kind KIND`)",
+            entries=mismatched,
+        ).to_dict()
+    if err is not None:
         em.event(
             "playbook.request.evaluated", "playbook", state.execution_id, "error", {**evaluated, "error": err}
         )
@@ -166,7 +177,46 @@ def _on_requested(state: ExecutionState, event: dict[str, Any], em: Emitter) -> 
         {"workload_keys": sorted(state.workload)},
     )
     outside.on_started(state, em)
+    fork = p.get("fork")
+    if isinstance(fork, dict):
+        _on_forked(state, fork, em)
+        return
     routing.arrive(state, "start", {}, None, em)
+
+
+def _on_forked(state: ExecutionState, fork: dict[str, Any], em: Emitter) -> None:
+    """A rerun (issue 31): the tokens start where the original's chosen runs started, with the
+    ctx, ``args`` and arc event the original had there (``engine.fork`` computed them from its
+    log), instead of at ``start``; what ran before that point is not run again."""
+    runs = [r for r in fork.get("runs") or () if isinstance(r, dict)]
+    names = {s.name for s in state.playbook.workflow}
+    missing = [str(r.get("step")) for r in runs if r.get("step") not in names]
+    em.event(
+        "execution.forked",
+        "workflow",
+        state.execution_id,
+        "in_progress",
+        {
+            "from_execution_id": fork.get("from_execution_id"),
+            "from_steps": [r.get("step") for r in runs],
+            "from_runs": [r.get("run_id") for r in runs],
+            "kept": list(fork.get("kept") or []),
+            "not_kept": list(fork.get("not_kept") or []),
+        },
+    )
+    if missing or not runs:
+        err = RerunRefusedError(
+            f"the rerun starts at {', '.join(missing) or 'no step'}, which this playbook does not have: "
+            "rerun from a step it has (noetl rerun ID --from STEP)"
+        ).to_dict()
+        state.failed, state.error = True, err
+        return
+    if isinstance(fork.get("ctx"), dict):
+        state.ctx = fork["ctx"]
+    for r in runs:
+        args = a if isinstance(a := r.get("args"), dict) else {}
+        trigger = cast("EventView | None", t if isinstance(t := r.get("trigger"), dict) else None)
+        routing.arrive(state, str(r["step"]), args, trigger, em)
 
 
 def _maybe_finish(state: ExecutionState, em: Emitter) -> None:

@@ -12,11 +12,11 @@ from noetl.dsl.policy import admit, apply_patch, evaluate_arcs
 from noetl.engine import loops, outside
 from noetl.engine.emitter import Emitter, event_view
 from noetl.engine.limits import DEFAULT_MAX_STEP_RUNS, execution_limit, too_large
-from noetl.engine.state import ExecutionState, RunState
+from noetl.engine.state import EventView, ExecutionState, RunState
 from noetl.events.ids import derive_id
 
 
-def context(state: ExecutionState, args: dict[str, Any], event: dict[str, Any] | None) -> dict[str, Any]:
+def context(state: ExecutionState, args: dict[str, Any], event: EventView | None) -> dict[str, Any]:
     ctx: dict[str, Any] = {
         "workload": state.workload,
         "ctx": state.ctx,
@@ -29,7 +29,7 @@ def context(state: ExecutionState, args: dict[str, Any], event: dict[str, Any] |
 
 
 def arrive(
-    state: ExecutionState, step_name: str, args: dict[str, Any], trigger: dict[str, Any] | None, em: Emitter
+    state: ExecutionState, step_name: str, args: dict[str, Any], trigger: EventView | None, em: Emitter
 ) -> None:
     """A token reaches a step: admission, then scheduling (SEMANTICS §7)."""
     step = state.playbook.step(step_name)
@@ -39,6 +39,7 @@ def arrive(
         step=step_name,
         seq=state.run_counter,
         args=args,
+        trigger=trigger,  # kept while it runs: a rerun that forks here hands it on (engine.fork)
     )
     state.runs[run.run_id] = run
     state.pending += 1
@@ -59,7 +60,7 @@ def arrive(
         server_step_failed(state, run, e, em)
         return
     if not allowed:
-        run.status = "skipped"
+        run.status, run.trigger = "skipped", None
         state.pending -= 1
         em.event("step.skipped", "step", step_name, "skipped", {"args": args}, run)
         return
@@ -70,7 +71,7 @@ def arrive(
 
 
 def start(
-    state: ExecutionState, step: Step, run: RunState, trigger: dict[str, Any] | None, em: Emitter
+    state: ExecutionState, step: Step, run: RunState, trigger: EventView | None, em: Emitter
 ) -> None:
     """An admitted token (whose signal, if it awaits one, has come) is scheduled, unless the
     execution is paused: then it is held until it resumes (SEMANTICS §17)."""
@@ -112,6 +113,7 @@ def on_terminal(
     """A step run ended: record it, fire its arcs (SEMANTICS §8) or note a leaf or a failure."""
     failed = name == "step.failed"
     run.status = "failed" if failed else "done"
+    run.trigger = None  # only a run that still runs may be forked from with it
     outside.disarm(run, em)
     run.result = payload.get("result")
     run.error = payload.get("error")

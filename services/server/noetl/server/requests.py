@@ -28,8 +28,18 @@ from noetl.dsl.names import (
 )
 from noetl.engine.endings import ending
 from noetl.events import subjects as s
+from noetl.events import vocabulary as vocab
 from noetl.events.clock import utc_now
-from noetl.events.envelope import dumps, loads, make_event
+from noetl.events.envelope import (
+    EntityType,
+    EventName,
+    Status,
+    WireError,
+    decode_event,
+    dumps,
+    loads,
+    make_event,
+)
 from noetl.events.ids import derive_id, execution_id_for
 from noetl.events.nats_port import as_bus
 from noetl.events.port import store_all
@@ -114,9 +124,9 @@ class RequestHandler:
         if await self._already_requested(execution_id):
             return {"execution_id": execution_id}  # the same answer a retry of the first got
         if principal is not None and not req.get("playbook") and (
-            refused := self._forbidden(principal, namespace_of(str(req["path"])), execution_id)
+            forbidden := self._forbidden(principal, namespace_of(str(req["path"])), execution_id)
         ):
-            return refused  # before the catalog is read: another namespace's paths are not probed
+            return forbidden  # before the catalog is read: another namespace's paths are not probed
         try:
             text, file = await self._playbook_text(req)
             playbook = parse_playbook(text, file)  # validated once per distinct text
@@ -130,26 +140,32 @@ class RequestHandler:
         origin = None if req.get("playbook") else str(req["path"])  # what the request can prove
         claimed = playbook.metadata.path or playbook.metadata.name  # an inline playbook's own word
         namespace = namespace_of(origin if origin is not None else claimed)
-        if principal is not None and (refused := self._forbidden(principal, namespace, execution_id)):
-            return refused
+        if principal is not None and (forbidden := self._forbidden(principal, namespace, execution_id)):
+            return forbidden
         if principal is None and req.get("parent_execution_id"):
             # a child (the `playbook` tool) acts for whoever started its parent: an inline playbook of
             # team_b may not drive team_a's credentialed playbook with its own inputs
             principal = await self._principal_of(str(req["parent_execution_id"]))
             if principal is not None and not principal.may("write", namespace):
-                err = ForbiddenError(
+                denied = ForbiddenError(
                     f"principal {principal.name!r} ({principal.role}), who started parent execution "
                     f"{req['parent_execution_id']}, may not start playbooks in namespace {namespace!r}"
                 )
-                await self._reject(execution_id, partition, err.to_dict(), req)  # the parent waits for it
-                return {"execution_id": execution_id, "error": err.to_dict()}
-        missing, refused = [], []
+                await self._reject(execution_id, partition, denied.to_dict(), req)  # the parent waits for it
+                return {"execution_id": execution_id, "error": denied.to_dict()}
+        missing: list[str] = []
+        refused: list[str] = []
+        mismatched: list[dict[str, Any]] = []
         for entry in playbook.keychain:
             scope = await self.credentials.scope(entry.name) if self.credentials is not None else None
             if scope is None:
                 missing.append(entry.name)
             elif not scope_allows(scope, origin, digest):
                 refused.append(entry.name)
+            elif self.credentials is not None:
+                stored = await self.credentials.kind(entry.name)
+                if stored != entry.kind:  # the declared kind decides masking: no start on a guess
+                    mismatched.append({"name": entry.name, "declared": entry.kind, "stored": stored})
         if refused:
             where = "an inline playbook" if origin is None else f"catalog path {origin!r}"
             names = ", ".join(refused)
@@ -170,22 +186,26 @@ class RequestHandler:
             source="server",
             name="playbook.execution.requested",
             entity_type="playbook",
-            entity_id=playbook.metadata.path or playbook.metadata.name,
+            # a catalog playbook without metadata.path is registered under its name: keep the
+            # path it was requested by, so lists and the console link it to its catalog entry
+            entity_id=playbook.metadata.path or origin or playbook.metadata.name,
             status="in_progress",
             payload={
                 "playbook": text,
                 "file": file,
                 "digest": digest,
-                "path": playbook.metadata.path,
+                "path": playbook.metadata.path or origin,
                 "version": playbook.metadata.version,
                 "payload": req.get("payload") or {},
                 "keychain_missing": missing,
+                **({"keychain_mismatch": mismatched} if mismatched else {}),
                 "partition": partition,
                 "request_id": request_id,
                 "namespace": namespace,
                 **({"principal": principal.grant()} if principal is not None else {}),
                 **({"schedule": req["schedule"]} if req.get("schedule") else {}),
                 **({"parent_iter": req["parent_iter"]} if req.get("parent_iter") is not None else {}),
+                **({"fork": req["fork"]} if req.get("fork") is not None else {}),
             },
             parent_execution_id=req.get("parent_execution_id"),
             trace_id=req.get("trace_id") or execution_id,
@@ -194,6 +214,12 @@ class RequestHandler:
         if len(data) > MAX_MESSAGE_BYTES:  # the text is in the catalog by digest: name it only
             del event["payload"]["playbook"]
             data = dumps(event)
+        try:
+            decode_event(data)  # what the partition reader will check: accept nothing it would ignore
+        except WireError as e:
+            invalid = RequestInvalidError(f"request cannot be recorded: {e}")
+            await self._reject(execution_id, partition, invalid.to_dict(), req)
+            return {"execution_id": execution_id, "error": invalid.to_dict()}
         subject = s.event_subject(partition, execution_id, event["name"])
         await store_all(self.bus, [(subject, data, event["event_id"])])
         return {"execution_id": execution_id}
@@ -317,15 +343,14 @@ class RequestHandler:
                 ExecutionFinishedError(f"execution {execution_id} has finished: there is nothing to {what}")
             )
         if what == "signal":
-            received = s.execution_event_filter(execution_id, "signal.received")
+            received = s.execution_event_filter(execution_id, vocab.SIGNAL_RECEIVED)
             if len(await self.bus.read(s.EVENTS_STREAM, [received])) >= MAX_SIGNALS:
                 return reply_error(RequestInvalidError(
                     f"execution {execution_id} has received {MAX_SIGNALS} signals, the most one execution "
                     "takes: its queue would grow without bound"
                 ))
-        name = {"signal": "signal.received", "pause": "execution.pause.requested"}.get(
-            what, "execution.resume.requested"
-        )
+        names: dict[str, EventName] = {"signal": vocab.SIGNAL_RECEIVED, "pause": vocab.PAUSE_REQUESTED}
+        name = names.get(what, vocab.RESUME_REQUESTED)
         event = make_event(
             event_id=derive_id(what, execution_id, request_id),
             execution_id=execution_id,
@@ -364,8 +389,8 @@ class RequestHandler:
         if len(data) <= MAX_REQUEST_BYTES:
             try:
                 req = loads(data)
-                if isinstance(req, dict) and isinstance(req.get("request_id"), str):
-                    return req["request_id"]
+                if isinstance(req, dict) and isinstance(rid := req.get("request_id"), str):
+                    return rid
             except ValueError:
                 pass
         return msg_id
@@ -396,6 +421,7 @@ class RequestHandler:
             "parent_iter",
             "trace_id",
             "schedule",
+            "fork",
         }
         if unknown:
             raise RequestInvalidError(f"unknown request fields: {', '.join(sorted(unknown))}")
@@ -408,6 +434,17 @@ class RequestHandler:
                 "request `parent_iter` must be a JSON object: the calling loop iteration's `iter` "
                 "(the `playbook` tool sets it; leave it out otherwise)"
             )
+        fork = req.get("fork")
+        if fork is not None and (
+            not isinstance(fork, dict)
+            or execution_id_problem(fork.get("from_execution_id"))
+            or not isinstance(fork.get("runs"), list)
+        ):
+            # written by a rerun (noetl.server.rerun), never by hand
+            raise RequestInvalidError(
+                "request `fork` must be {from_execution_id, runs, ctx} as `noetl rerun` writes it: "
+                "use noetl rerun ID or POST /api/executions/{id}/rerun"
+            )
         for key, problem in (
             ("request_id", request_id_problem),
             ("execution_id", execution_id_problem),
@@ -416,6 +453,11 @@ class RequestHandler:
         ):
             if req.get(key) is not None and (msg := problem(req[key])):
                 raise RequestInvalidError(f"request `{key}`: {msg}")
+        trace = req.get("trace_id")
+        if trace is not None and (not isinstance(trace, str) or not 0 < len(trace) <= 128):
+            # an event whose trace id is not a string is refused where the server reads its inputs:
+            # accepted here, the execution would never have been decided
+            raise RequestInvalidError("request `trace_id` must be a string of 1 to 128 characters")
         if req.get("path") is not None and not isinstance(req["path"], str):
             raise RequestInvalidError("request `path` must be a string (a catalog path, e.g. examples/hello)")
         if req.get("version") is not None and (
@@ -451,7 +493,9 @@ class RequestHandler:
         msgs = []
         # the namespace of what was asked for, so its readers (and only they) can see why it failed
         where = {"namespace": namespace_of(str(req["path"]))} if isinstance(req.get("path"), str) else {}
-        closing = [("playbook.request.evaluated", "playbook", "error", {"error": error, **where})]
+        closing: list[tuple[EventName, EntityType, Status, dict[str, Any]]] = [
+            (vocab.REQUEST_EVALUATED, "playbook", "error", {"error": error, **where})
+        ]
         for name, entity_type, status, payload in closing + ending("failed", error=error):
             ev = make_event(
                 event_id=derive_id("rejected", execution_id, name),
@@ -459,10 +503,10 @@ class RequestHandler:
                 timestamp=utc_now(),
                 source="server",
                 name=name,
-                entity_type=entity_type,  # type: ignore[arg-type]
+                entity_type=entity_type,
                 entity_id=execution_id,
                 status=status,
-                payload=payload,  # type: ignore[arg-type]
+                payload=payload,
                 parent_execution_id=req.get("parent_execution_id"),
             )
             msgs.append((s.event_subject(partition, execution_id, name), dumps(ev), ev["event_id"]))

@@ -27,6 +27,7 @@ from noetl.dsl.model import Playbook, Step, Task
 from noetl.dsl.policy import apply_patch, evaluate_task_policy
 from noetl.dsl.specmerge import deep_merge, effective_step_spec, effective_task_spec, scoped
 from noetl.dsl.templates import TemplateEngine
+from noetl.events.vocabulary import EventName
 from noetl.host import logs
 from noetl.worker.output import TaskOutput, capturing
 from noetl.worker.tools.base import Clock, ToolContext, get_tool
@@ -38,7 +39,7 @@ SLOW_RENDER_S = 0.02
 _SLOW_EXECUTIONS: set[str] = set()  # of this worker process: their template work runs in a thread
 
 # fields a kind reads as code, not as a template
-_RAW_FIELDS = frozenset({"code"})
+_RAW_FIELDS = frozenset({"code", "script"})  # python's code, a script task's text
 
 
 @dataclass
@@ -90,7 +91,7 @@ class EmitFn(Protocol):
     """``task.started`` and ``task.done``; the latter with what the run printed and logged."""
 
     def __call__(
-        self, name: str, task: Task, n: int, data: dict[str, Any], output: TaskOutput | None = None
+        self, name: EventName, task: Task, n: int, data: dict[str, Any], output: TaskOutput | None = None
     ) -> Awaitable[None]: ...
 
 
@@ -114,8 +115,11 @@ class Pipeline:
         checkpoint: CheckpointFn | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         command_id: str = "",
+        trace_id: str | None = None,
     ) -> None:
+        """``trace_id``: the execution's trace, carried into every ``outcome.meta``."""
         self.playbook, self.step, self.engine = playbook, step, engine
+        self.trace_id = trace_id
         self.execution_id, self.workload, self.base_ctx, self.args = execution_id, workload, ctx, args
         self.keychain, self.services = keychain, services
         self.emit, self.checkpoint, self.sleep = emit, checkpoint, sleep
@@ -180,12 +184,12 @@ class Pipeline:
             result = outcome.get("result")
             if d.do == "retry":
                 if snap.attempt >= d.attempts:
-                    err = RetriesExhaustedError(
+                    exhausted = RetriesExhaustedError(
                         f"task {task.name} of step {self.step.name} failed {snap.attempt} times "
                         f"(attempts: {d.attempts})",
                         cause=_strip(outcome),
-                    ).to_dict()
-                    return self._fail(snap, err)
+                    )
+                    return self._fail(snap, exhausted.to_dict())
                 await self.sleep(d.delay_seconds)
                 snap.attempt += 1
             elif d.do == "jump":
@@ -196,12 +200,12 @@ class Pipeline:
                 snap.labels[task.name] = result
                 snap.pc = len(tasks)
             elif d.do == "fail":
-                err = outcome.get("error") if outcome.get("status") == "error" else None
-                if not err:
-                    err = PolicyFailError(
+                failure = outcome.get("error") if outcome.get("status") == "error" else None
+                if not failure:
+                    failure = PolicyFailError(
                         f"task {task.name} of step {self.step.name}: policy said fail"
                     ).to_dict()
-                return self._fail(snap, err)
+                return self._fail(snap, failure)
             else:  # continue
                 snap.prev = result
                 snap.labels[task.name] = result
@@ -277,7 +281,7 @@ class Pipeline:
                 "status": "error",
                 "error": ToolError(f"{kind} task {task.name}: {type(e).__name__}: {e}").to_dict(),
             }
-        outcome.setdefault("meta", clock.meta(task.name, attempt))
+        outcome["meta"] = {**clock.meta(task.name, attempt, self.trace_id), **(outcome.get("meta") or {})}
         return outcome, output
 
 

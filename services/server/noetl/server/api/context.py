@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,11 @@ class ApiContext:
     principals: Principals = field(default_factory=Principals)
     sessions: Any = None  # noetl.server.api.auth.SessionGenerations, set when the app is built
     metrics: Metrics = field(default_factory=Metrics)
+    # the server's own account of its deciding (``Server.liveness``): owned partitions, those
+    # without a live reader, restarts; None where no server runs beside the API
+    liveness: Callable[[], dict[str, Any]] | None = None
     closing: asyncio.Event = field(default_factory=asyncio.Event)
+    nats_state: Any = None  # noetl.events.connection.ConnectionState, when the process made one
 
     @property
     def nc(self) -> Any:
@@ -41,7 +46,8 @@ class ApiContext:
 
 
 def ctx_of(request: Request) -> ApiContext:
-    return request.app.state.noetl
+    ctx: ApiContext = request.app.state.noetl
+    return ctx
 
 
 def error(status: int, cls: type[NoetlError], message: str, **extra: Any) -> JSONResponse:

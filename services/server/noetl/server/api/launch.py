@@ -66,9 +66,12 @@ async def start_operations(
     ttl: float = DEFAULT_TTL,
     insecure: bool | None = None,
     auth_file: str | None = None,
+    listener: Any = None,
 ) -> Operations:
     """Start the parts for ``role`` around an already started ``svc``; ``http_port < 0`` turns HTTP off.
-    ``conn``: the bus port, or a nats-py connection or JetStream context (``as_bus``)."""
+    ``conn``: the bus port, or a nats-py connection or JetStream context (``as_bus``);
+    ``listener``: the ``HttpListener`` that has served the probes since start-up (the API takes
+    its port over)."""
     bus = as_bus(conn)
     nc = getattr(bus, "nc", None)  # the in-memory twin has none: no NATS service then
     ops = Operations()
@@ -84,7 +87,9 @@ async def start_operations(
                     port=http_port,
                     insecure=insecure,
                     auth_file=auth_file,
+                    listener=listener,
                 )
+                ops.api.ctx.liveness = svc.liveness
                 await ops.api.start()
                 ops.parts.append(ops.api)
                 svc.observer = ops.api.collector.observe

@@ -59,7 +59,13 @@ SCHEDULE_ACTIONS = ("add", "list", "pause", "resume", "delete")
 CATALOG_REGISTER_SUBJECT = "noetl.api.catalog.register"
 CATALOG_LIST_SUBJECT = "noetl.api.catalog.list"
 # what an outside-input or schedule refusal answers, by error kind (the HTTP API answers the same codes)
-OUTSIDE_CODES = {"not_found": 404, "execution_finished": 409, "request_invalid": 400, "forbidden": 403}
+OUTSIDE_CODES = {
+    "not_found": 404,
+    "execution_finished": 409,
+    "request_invalid": 400,
+    "forbidden": 403,
+    "signal_not_awaited": 409,
+}
 
 
 def _semver(v: str) -> str:
@@ -106,6 +112,9 @@ def _token(req: Request) -> str | None:
     return cred.strip() or None if scheme.lower() == "bearer" else None
 
 
+_UNAUTHORIZED = "send the header `Authorization: Bearer <token>` (nats req -H)"
+
+
 class NatsApiService:
     """With principals configured (``Principals.required``) every request names its caller by the
     header ``Authorization: Bearer <token>``, checked as the HTTP API checks it: NATS's own
@@ -149,15 +158,14 @@ class NatsApiService:
         async def authed(req: Request) -> None:
             principal = self.principals.identify(_token(req))
             if principal is None:
-                err = UnauthorizedError("send the header `Authorization: Bearer <token>` (nats req -H)")
-                await _reply(req, reply_error(err), 401)
+                await _reply(req, reply_error(UnauthorizedError(_UNAUTHORIZED)), 401)
                 return
             try:
                 await handler(req, principal)
             except Exception as e:  # never a 30 s client timeout for input nothing foresaw
                 log.warning("noetl.api request failed: %s", type(e).__name__)
-                err = RequestInvalidError(f"request failed: {type(e).__name__}")
-                await _reply(req, reply_error(err), 400)
+                failed = RequestInvalidError(f"request failed: {type(e).__name__}")
+                await _reply(req, reply_error(failed), 400)
 
         return authed
 
@@ -217,7 +225,13 @@ class NatsApiService:
             out = reply_error(ForbiddenError(refusal))
         elif what == "signal":
             out = await client_signal(
-                js, eid, body.get("signal"), body.get("data"), body.get("request_id"), principal=who
+                js,
+                eid,
+                body.get("signal"),
+                body.get("data"),
+                body.get("request_id"),
+                principal=who,
+                force=body.get("force") is True,
             )
         elif what == "pause":
             out = await client_pause(js, eid, body.get("reason"), principal=who)

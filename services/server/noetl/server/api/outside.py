@@ -21,7 +21,13 @@ from noetl.server.api.queries import signal_refusal, valid_execution_id
 from noetl.store.audit import record_action
 from noetl.store.principals import namespace_of
 
-_CODES = {"not_found": 404, "execution_finished": 409, "request_invalid": 400, "forbidden": 403}
+_CODES = {
+    "not_found": 404,
+    "execution_finished": 409,
+    "request_invalid": 400,
+    "forbidden": 403,
+    "signal_not_awaited": 409,
+}
 
 
 def _answer(out: dict[str, Any], ok: int = 202) -> JSONResponse:
@@ -83,7 +89,8 @@ async def post_signal(request: Request) -> Response:
       202: {description: "{execution_id, signal: sent, request_id}"}
       400: {description: bad signal name or body}
       404: {description: no such execution}
-      409: {description: the execution has finished}
+      409: {description: "the execution has finished, or signal_not_awaited: no step waits for or
+        awaits that name (`?force=true` sends it anyway)"}
     """
     eid, body, bad = await _target(request)
     if bad:
@@ -93,9 +100,10 @@ async def post_signal(request: Request) -> Response:
     if refusal := await signal_refusal(ctx.bus, ctx.catalog, eid, name, principal_of(request)):
         refused = reply_error(ForbiddenError(refusal))
         return _answer(await _audited(request, "signal", f"{eid}/{name}", refused))
+    force = request.query_params.get("force", "").lower() in ("1", "true", "yes") or body.get("force") is True
     out = await signal(
-        ctx_of(request).bus, eid, name, body.get("data"), body.get("request_id"),
-        principal=principal_of(request).name,
+        ctx.bus, eid, name, body.get("data"), body.get("request_id"),
+        principal=principal_of(request).name, force=force,
     )
     return _answer(await _audited(request, "signal", f"{eid}/{name}", out))
 

@@ -116,6 +116,24 @@ def _layers(playbook: Playbook) -> dict[str, int]:
     return depth
 
 
+LABEL_H = 13.0  # a label's line height in the drawing
+
+
+def _separate_labels(edges: list[Edge]) -> None:
+    """Move a label down, a line at a time, until it overlaps no label placed before it: two
+    arcs between the same steps (exclusive arcs with different ``when``) or a fan-out's arcs
+    meet at one midpoint, and their labels were drawn over each other."""
+    placed: list[tuple[float, float, float, float]] = []
+    for e in sorted((e for e in edges if e.label), key=lambda e: (e.ly, e.lx)):
+        half = 3.2 * len(e.label)
+        for _ in range(20):
+            box = (e.lx - half, e.ly - LABEL_H, e.lx + half, e.ly)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
+                break
+            e.ly += LABEL_H
+        placed.append((e.lx - half, e.ly - LABEL_H, e.lx + half, e.ly))
+
+
 def layout(playbook: Playbook) -> Graph:
     steps = {s.name: s for s in playbook.workflow}
     depth = _layers(playbook)
@@ -168,9 +186,11 @@ def layout(playbook: Playbook) -> Graph:
                 x1, y1 = src.cx + spread, src.y + src.h
                 x2, y2 = dst.cx, dst.y
                 dy = max(24.0, (y2 - y1) / 2)
-                d = f"M{x1:.1f},{y1:.1f} C{x1:.1f},{y1 + dy:.1f} {x2:.1f},{y2 - dy:.1f} {x2:.1f},{y2 - 2:.1f}"
+                svg = (
+                    f"M{x1:.1f},{y1:.1f} C{x1:.1f},{y1 + dy:.1f} {x2:.1f},{y2 - dy:.1f} {x2:.1f},{y2 - 2:.1f}"
+                )
                 edge = Edge(
-                    s.name, k, arc.step, d, _short(full, MAX_LABEL), full, (x1 + x2) / 2, (y1 + y2) / 2
+                    s.name, k, arc.step, svg, _short(full, MAX_LABEL), full, (x1 + x2) / 2, (y1 + y2) / 2
                 )
             else:
                 bulge += 22.0
@@ -178,12 +198,12 @@ def layout(playbook: Playbook) -> Graph:
                 x1, y1 = src.x + src.w, src.y + src.h * (0.35 if src is not dst else 0.3)
                 x2, y2 = dst.x + dst.w + 2, dst.y + dst.h * (0.65 if src is not dst else 0.7)
                 xm = max(x1, x2) + b
-                d = f"M{x1:.1f},{y1:.1f} C{xm:.1f},{y1:.1f} {xm:.1f},{y2:.1f} {x2:.1f},{y2:.1f}"
+                svg = f"M{x1:.1f},{y1:.1f} C{xm:.1f},{y1:.1f} {xm:.1f},{y2:.1f} {x2:.1f},{y2:.1f}"
                 edge = Edge(
                     s.name,
                     k,
                     arc.step,
-                    d,
+                    svg,
                     _short(full, MAX_LABEL),
                     full,
                     max(x1, x2) + b * 0.75,
@@ -193,6 +213,7 @@ def layout(playbook: Playbook) -> Graph:
                 right = max(right, xm + 6.0 * len(edge.label) / 2 + 8)
             edge.inclusive = inclusive
             g.edges.append(edge)
+    _separate_labels(g.edges)
     for e in g.edges:  # labels centred on their point; room for the widest on the right
         right = max(right, e.lx + 3.2 * len(e.label) + 8)
     first = nodes.get("start") or (g.nodes[0] if g.nodes else None)
