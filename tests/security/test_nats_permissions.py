@@ -210,3 +210,11 @@ async def test_noetl_exec_as_a_principal(secured: dict[str, Any]) -> None:
     assert done.returncode == 0 and json.loads(done.stdout)["status"] == "success", done.stderr
     refused = await noetl("exec", "--path", "team_b/anything")
     assert refused.returncode == 2 and "forbidden" in refused.stderr, refused.stderr
+    # noetl rerun plans and starts through noetl.api.rerun: alice's NATS user reads no events
+    eid = json.loads(done.stdout)["execution_id"]
+    planned = await noetl("rerun", eid, "--from", "start", "--dry-run", "--json")
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    assert plan["from_steps"] == ["start"] and "execution_id" not in plan, plan
+    rerun = await noetl("rerun", eid, "--from", "start", "--json")
+    assert rerun.returncode == 0 and json.loads(rerun.stdout)["execution_id"] != eid, rerun.stderr

@@ -140,14 +140,19 @@ async def test_queued_signals_are_bounded(deployment: Deployment, monkeypatch: p
 
     monkeypatch.setattr(handler, "MAX_SIGNALS", 3)
     eid = await _started(deployment)
+    # a name no step awaits is refused unless forced (signal_not_awaited); forced, it is queued,
+    # and the queue is what the bound keeps finite
+    url = f"/api/executions/{eid}/signals/other"
     async with deployment.http(ALICE) as alice:
+        r = await alice.post(url, json={"data": 0})
+        assert r.status_code == 409 and r.json()["error"]["kind"] == "signal_not_awaited", r.text
         for i in range(3):
-            r = await alice.post(f"/api/executions/{eid}/signals/other", json={"data": i})
+            r = await alice.post(url, params={"force": "true"}, json={"data": i})
             assert r.status_code == 202, r.text
         await deployment.events_of(eid, "signal.received", at_least=3)
     # the API answers "sent" (it only publishes); the server refuses to record the fourth
     async with deployment.http(ALICE) as alice:
-        assert (await alice.post(f"/api/executions/{eid}/signals/other", json={"data": 4})).status_code == 202
+        assert (await alice.post(url, params={"force": "true"}, json={"data": 4})).status_code == 202
     await asyncio.sleep(1.0)
     events = await deployment.all_events()
     assert len([e for e in events if e["execution_id"] == eid and e["name"] == "signal.received"]) == 3

@@ -158,6 +158,7 @@ async def test_service_discovery_ping_info_stats(service) -> None:
         ("signal", "noetl.api.signal", "noetl"),
         ("pause", "noetl.api.pause", "noetl"),
         ("resume", "noetl.api.resume", "noetl"),
+        ("rerun", "noetl.api.rerun", "noetl"),
         ("schedule_add", "noetl.api.schedule.add", "noetl"),
         ("schedule_list", "noetl.api.schedule.list", "noetl"),
         ("schedule_pause", "noetl.api.schedule.pause", "noetl"),

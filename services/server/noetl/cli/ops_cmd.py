@@ -27,7 +27,8 @@ def _run(fn: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[[a
         async def main() -> int:
             nc = await cli_connect(args.nats_url, f"noetl-{args.command}")
             try:
-                if isinstance(getattr(args, "execution_id", None), str):
+                # as a principal (NOETL_TOKEN) the CLI reads no events itself: ids go whole to the service
+                if isinstance(getattr(args, "execution_id", None), str) and not principal_token():
                     from noetl.server.api.queries import resolve_execution_id
 
                     # the short ids the console and `noetl executions` show work here too

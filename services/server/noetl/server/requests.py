@@ -90,12 +90,14 @@ class RequestHandler:
         *,
         principal: Principal | None = None,
         scheduled: bool = False,
+        forked: bool = False,
     ) -> dict[str, Any]:
         """Validate and record one request. Returns ``{execution_id}`` or ``{error, problems}``.
 
         ``principal``: the caller, for a request from the HTTP API, the NATS service or the
         console. Such a request may not set the fields only the server and workers set
-        (``schedule``, ``parent_*``, ``execution_id``, a ``schedule.*`` request id), and is refused
+        (``schedule``, ``parent_*``, ``execution_id``, a ``schedule.*`` request id; ``fork`` unless
+        ``forked``: a rerun the server prepared, ``noetl.server.rerun``), and is refused
         (``forbidden``, nothing recorded) unless the principal may write the playbook's namespace.
         Without one the request came over ``noetl.requests.execute``, whose publishers NATS's
         permissions vouch for (workers starting children); even there a schedule's fields are the
@@ -112,7 +114,7 @@ class RequestHandler:
             await self._reject(execution_id, s.partition_of(execution_id, self.partitions), e.to_dict(), {})
             return {"execution_id": execution_id, "error": e.to_dict()}
         try:
-            self._check_reserved(req, msg_id, principal, scheduled)
+            self._check_reserved(req, msg_id, principal, scheduled, forked)
         except RequestInvalidError as e:  # recorded nowhere: its id may be a schedule's next fire
             log.warning("request refused: %s", e.message)
             return {"error": e.to_dict()}
@@ -239,7 +241,7 @@ class RequestHandler:
 
     @staticmethod
     def _check_reserved(
-        req: dict[str, Any], msg_id: str | None, principal: Principal | None, scheduled: bool
+        req: dict[str, Any], msg_id: str | None, principal: Principal | None, scheduled: bool, forked: bool
     ) -> None:
         """The fields whose value is the server's or a worker's word, refused from anyone else:
         a ``schedule.<name>.<due>`` request id would squat a schedule's next fire, and ``schedule``
@@ -253,7 +255,10 @@ class RequestHandler:
                 "request ids `schedule.*` and the field `schedule` are the scheduler's: leave them out"
             )
         if principal is not None:
-            taken = sorted(k for k in ("parent_execution_id", "parent_iter", "execution_id") if k in req)
+            reserved = ("parent_execution_id", "parent_iter", "execution_id") + (() if forked else ("fork",))
+            # `fork` names the execution it continues and carries its ctx: only a rerun the server
+            # prepared after checking the caller against that execution sets it
+            taken = sorted(k for k in reserved if k in req)
             if taken:
                 raise RequestInvalidError(
                     f"request {'fields' if len(taken) > 1 else 'field'} {', '.join(taken)}: set by the "

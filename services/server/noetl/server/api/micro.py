@@ -54,6 +54,7 @@ CANCEL_SUBJECT = "noetl.api.cancel"
 SIGNAL_SUBJECT = "noetl.api.signal"
 PAUSE_SUBJECT = "noetl.api.pause"
 RESUME_SUBJECT = "noetl.api.resume"
+RERUN_SUBJECT = "noetl.api.rerun"
 SCHEDULE_SUBJECT = "noetl.api.schedule.{action}"
 SCHEDULE_ACTIONS = ("add", "list", "pause", "resume", "delete")
 CATALOG_REGISTER_SUBJECT = "noetl.api.catalog.register"
@@ -143,6 +144,7 @@ class NatsApiService:
             ("signal", SIGNAL_SUBJECT, self._signal),
             ("pause", PAUSE_SUBJECT, self._pause),
             ("resume", RESUME_SUBJECT, self._resume),
+            ("rerun", RERUN_SUBJECT, self._rerun),
             *(
                 (f"schedule_{action}", SCHEDULE_SUBJECT.format(action=action), self._schedule_handler(action))
                 for action in SCHEDULE_ACTIONS
@@ -267,6 +269,41 @@ class NatsApiService:
             await _reply(req, reply_error(NoSuchEntityError(f"no execution {eid}")), 404)
             return
         await _reply(req, out)
+
+    async def _rerun(self, req: Request, principal: Principal) -> None:
+        """``noetl.api.rerun`` ({execution_id, from?, payload?, playbook? | version?, request_id?,
+        dry_run?}): ``POST /api/executions/{id}/rerun`` over NATS, checked the same way (the
+        caller must be one that may act on the original, and start executions where the rerun
+        runs)."""
+        from noetl.server.rerun import prepare_rerun, rerun_options, start_rerun
+
+        eid = _execution_id(req)
+        if isinstance(eid, dict):
+            await _reply(req, eid, 400)
+            return
+        if not await self._guard(req, eid, principal, "write"):
+            return
+        body = _object(req) or {}
+        options = rerun_options(body)
+        if isinstance(options, str):
+            await _reply(req, reply_error(RequestInvalidError(options)), 400)
+            return
+        js = self.nc.jetstream()
+        got = await prepare_rerun(js, self.catalog, eid, **options)
+        if isinstance(got, dict):
+            await _reply(req, got, 404 if got["error"]["kind"] == "not_found" else 409)
+            return
+        out = got.to_dict()
+        if body.get("dry_run") is True:
+            await _reply(req, out)
+            return
+        reply = await start_rerun(self.requests, got, principal)
+        err = reply.get("error")
+        await record_action(js, action="rerun", principal=principal.name, target=eid,
+                            outcome=err.get("kind", "refused") if err else "done",
+                            execution_id=reply.get("execution_id"))
+        code = request_status_code(reply)
+        await _reply(req, {**out, **reply}, 200 if code == 202 else code)
 
     async def _catalog_register(self, req: Request, principal: Principal) -> None:
         """``noetl.api.catalog.register`` ({playbook: text}): ``POST /api/catalog`` over NATS, for a

@@ -62,7 +62,7 @@ def _summary_of(requested: Mapping[str, Any] | None, finished: Mapping[str, Any]
         "finished_at": (finished or {}).get("timestamp"),
         "parent_execution_id": any_ev.get("parent_execution_id"),
         "schedule": req.get("schedule"),  # the schedule whose fire started it (SEMANTICS §18)
-        "namespace": _namespace_of_request(req),
+        "namespace": namespace_of_request(req),
         "principal": (req.get("principal") or {}).get("name"),  # who asked for it, when known
         # the execution a rerun forked (issue 31)
         "rerun_of": (req.get("fork") or {}).get("from_execution_id")
@@ -72,7 +72,7 @@ def _summary_of(requested: Mapping[str, Any] | None, finished: Mapping[str, Any]
     }
 
 
-def _namespace_of_request(req: dict[str, Any]) -> str:
+def namespace_of_request(req: dict[str, Any]) -> str:
     """The namespace an execution belongs to: recorded with its request; for older records (and
     requests rejected before they were recorded) that of its path, else ``""``."""
     recorded = req.get("namespace")
@@ -88,7 +88,7 @@ async def execution_namespace(conn: Any, execution_id: str) -> str | None:
     requested = s.execution_event_filter(execution_id, "playbook.execution.requested")
     msg = await bus.last(s.EVENTS_STREAM, requested)
     if msg is not None:
-        return _namespace_of_request(loads(msg.data).get("payload") or {})
+        return namespace_of_request(loads(msg.data).get("payload") or {})
     rejected = s.execution_event_filter(execution_id, "playbook.request.evaluated")
     evaluated = await bus.last(s.EVENTS_STREAM, rejected)
     if evaluated is not None:  # rejected before it was recorded: the namespace of the path it asked for

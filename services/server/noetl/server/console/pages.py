@@ -363,10 +363,15 @@ async def _read_view(request: Request) -> tuple[ExecutionView, list[Event]] | Re
     view = fold(eid, events)
     bus = ctx_of(request).bus
     view.stalled = await stall_of(bus, events, waiting=bool(view.waiting), paused=view.paused)
+    principal = principal_of(request)  # children and reruns it may not read are not shown
+
+    def visible(namespace: str) -> bool:
+        return principal.may("read", namespace)
+
     if any(t.kind == "playbook" for r in view.runs for t in r.tasks):  # it may have started children
-        view.children = await children_of(bus, eid)
+        view.children = await children_of(bus, eid, visible)
     if view.finished_at is not None:  # reruns fork finished executions only
-        view.reruns = await reruns_of(bus, eid)
+        view.reruns = await reruns_of(bus, eid, visible)
     return view, events
 
 
@@ -501,7 +506,8 @@ async def playbook_page(
     ctx = ctx_of(request)
     path = request.path_params.get("path") or (form or {}).get("path", "")
     version = request.query_params.get("version") or (form or {}).get("version") or None
-    readable = principal_of(request).may("read", namespace_of(path))
+    principal = principal_of(request)
+    readable = principal.may("read", namespace_of(path))
     text = await ctx.catalog.get(path, version) if readable else None
     if text is None:
         return page(
@@ -515,7 +521,12 @@ async def playbook_page(
     except PlaybookInvalidError:
         graph, workload, description = None, {}, None
     versions = [e.get("version") for e in await ctx.catalog.list() if e["path"] == path and e.get("version")]
-    recent = (await list_executions(ctx.bus, path=path, limit=10))["executions"]
+    # the path filter takes a prefix: `job` also finds `jobs/...`, which may be another namespace's
+    recent = (
+        await list_executions(
+            ctx.bus, path=path, limit=10, visible=lambda namespace: principal.may("read", namespace)
+        )
+    )["executions"]
     return page(
         request,
         "playbook.html",
