@@ -153,20 +153,10 @@ class MemoryBus:
 
     async def prepare(self, replicas: int | None = None) -> None:
         """The deployment's streams as ``noetl.events.streams`` declares them for NATS."""
-        from nats.js.api import RetentionPolicy
+        from noetl.events.streams import port_stream_configs
 
-        from noetl.events.streams import stream_configs
-
-        for cfg in stream_configs(1):
-            await self.add_stream(
-                StreamConfig(
-                    cfg.name or "",
-                    tuple(cfg.subjects or ()),
-                    work_queue=cfg.retention == RetentionPolicy.WORK_QUEUE,
-                    duplicate_window=float(cfg.duplicate_window or 120.0),
-                    schedules=bool(cfg.allow_msg_schedules),
-                )
-            )
+        for cfg in port_stream_configs():
+            await self.add_stream(cfg)
 
     async def subscribe(self, subject: str, cb: Callable[[Message], Awaitable[None]]) -> _Subscription:
         sub = _Subscription(self, subject, cb)

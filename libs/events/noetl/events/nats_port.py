@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import io
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterator
+from typing import Any, ParamSpec, TypeVar
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -61,6 +62,43 @@ from noetl.events.subjects import consumer_delete_subject, kv_subject
 
 log = logging.getLogger("noetl.events")
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@contextlib.contextmanager
+def translating() -> Iterator[None]:
+    """nats-py's failures raised inside as the port's (``port_error``); anything else as it is.
+    For the few callers that hold a nats-py connection of their own (a CLI command's connect)."""
+    try:
+        yield
+    except BusError:
+        raise
+    except Exception as e:
+        err = port_error(e)
+        if err is None:
+            raise
+        raise err from e
+
+
+def _ported(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """An operation of the port: what nats-py raises leaves it as ``noetl.events.port``'s error."""
+
+    @functools.wraps(fn)
+    async def op(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:  # inline, not ``translating()``: this is on the hot path (a try costs nothing)
+            return await fn(*args, **kwargs)
+        except BusError:
+            raise
+        except Exception as e:
+            err = port_error(e)
+            if err is None:
+                raise
+            raise err from e
+
+    return op
+
+
 # an idle reader asks this often whether its consumer still exists (its node may be gone)
 _READER_CHECK_EVERY = 3.0
 
@@ -90,6 +128,7 @@ class NatsBus:
         """The bus of a JetStream context callers already hold."""
         return cls(js._nc, replicas=replicas)
 
+    @_ported
     async def add_stream(self, config: StreamConfig) -> None:
         cfg = NatsStreamConfig(
             name=config.name,
@@ -105,6 +144,7 @@ class NatsBus:
         except BadRequestError:
             await self.js.update_stream(cfg)
 
+    @_ported
     async def publish(
         self, subject: str, data: bytes, *, msg_id: str | None = None, headers: dict[str, str] | None = None
     ) -> PubAck:
@@ -141,6 +181,7 @@ class NatsBus:
             raise BusError(f"stream {stream}: {e.description}") from e
         return info.name, info.num_pending or 0
 
+    @_ported
     async def read(
         self, stream: str, filters: list[str], *, start_seq: int = 1, before_seq: int | None = None
     ) -> list[Message]:
@@ -176,7 +217,7 @@ class NatsBus:
             try:
                 while True:
                     try:
-                        msgs = await reader.fetch(256, 1.0)
+                        msgs = await reader.fetch(256, 1.0)  # both ported: the port's errors only
                     except ReaderLostError:
                         break
                     for m in msgs:
@@ -185,6 +226,7 @@ class NatsBus:
             finally:
                 await reader.close()
 
+    @_ported
     async def reader(
         self, stream: str, filters: list[str], *, start_seq: int = 1, name: str = ""
     ) -> _NatsReader:
@@ -205,6 +247,7 @@ class NatsBus:
         puller = await Puller(self.nc, stream, info.name, batch=256).start()
         return _NatsReader(self, stream, info.name, puller)
 
+    @_ported
     async def last(self, stream: str, subject: str) -> Message | None:
         try:
             m = await self.js.get_last_msg(stream, subject)
@@ -212,13 +255,16 @@ class NatsBus:
             return None
         return Message(m.subject or subject, m.data or b"", m.seq or 0, dict(m.headers or {}) or None)
 
+    @_ported
     async def count(self, stream: str) -> int:
         info = await self.js.stream_info(stream)
         return int(info.state.messages)
 
+    @_ported
     async def purge(self, stream: str, subject: str | None = None) -> None:
         await self.js.purge_stream(stream, subject=subject)
 
+    @_ported
     async def queue(self, config: QueueConfig) -> _NatsQueue:
         """A durable pull consumer read through ``Puller``: a pull request is always waiting, so
         a command reaches a free worker without a round trip (the hot path's floor)."""
@@ -233,9 +279,11 @@ class NatsBus:
         await retrying(lambda: ensure_consumer(self.js, config.stream, cfg), f"consumer {config.consumer}")
         return _NatsQueue(await Puller(self.nc, config.stream, config.consumer).start())
 
+    @_ported
     async def prepare(self, replicas: int | None = None) -> None:
         await ensure_all(self.js, replicas if replicas is not None else self.replicas)
 
+    @_ported
     async def subscribe(self, subject: str, cb: Callable[[Message], Awaitable[None]]) -> Any:
         async def on_msg(m: Any) -> None:
             await cb(Message(m.subject, m.data, 0))
@@ -245,6 +293,7 @@ class NatsBus:
     def outbox(self, *, ack_all: bool = False, confirm_every: int | None = 64) -> _NatsOutbox:
         return _NatsOutbox(Outbox(self.nc, ack_all=ack_all, confirm_every=confirm_every))
 
+    @_ported
     async def kv(self, bucket: str, *, ttl: float | None = None, history: int = 1) -> _NatsKeyValue:
         kv = await ensure_kv(self.js, bucket, ttl=ttl, history=history, replicas=self.replicas)
         if ttl is not None:
@@ -260,6 +309,7 @@ class NatsBus:
             log.warning("KV bucket %s: TTL %.1f s, changing it to %.1f s", bucket, info.config.max_age, ttl)
             await self.js.update_stream(info.config.evolve(max_age=ttl, duplicate_window=ttl))
 
+    @_ported
     async def objects(self, bucket: str) -> _NatsObjects:
         return _NatsObjects(await ensure_object_store(self.js, bucket, replicas=self.replicas))
 
@@ -318,6 +368,7 @@ class _NatsOutbox:
     def __init__(self, outbox: Outbox) -> None:
         self._outbox = outbox
 
+    @_ported
     async def send(self, subject: str, data: bytes, msg_id: str, *, ack: bool = False) -> None:
         try:
             await self._outbox.send(subject, data, msg_id, ack=ack)
@@ -326,6 +377,7 @@ class _NatsOutbox:
                 raise RefusedError(f"{subject}: {e}") from e
             raise
 
+    @_ported
     async def confirm(self) -> None:
         try:
             await self._outbox.confirm()
@@ -342,6 +394,7 @@ class _NatsReader:
         self._gap = False
         self._idle_since: float | None = None
 
+    @_ported
     async def fetch(self, batch: int, timeout: float) -> list[Message]:
         if self._gap:
             raise ReaderLostError(f"{self._stream}: a message lost on the way to reader {self._name}")
@@ -374,6 +427,7 @@ class _NatsReader:
             raise ReaderLostError(f"{self._stream}: a message lost on the way to reader {self._name}")
         return out
 
+    @_ported
     async def close(self) -> None:
         await self._puller.stop()
         with contextlib.suppress(Exception):
@@ -393,16 +447,20 @@ class _NatsDelivery:
     def msg_id(self) -> str | None:
         return (self.headers or {}).get("Nats-Msg-Id")
 
+    @_ported
     async def ack(self) -> None:
         """Acknowledged and confirmed (elections and reconnects waited out, ``ack_stored``)."""
         await ack_stored(self._msg, f"acknowledging message {self.seq}")
 
+    @_ported
     async def nak(self, delay: float = 0.0) -> None:
         await self._msg.nak(delay=delay or None)
 
+    @_ported
     async def in_progress(self) -> None:
         await self._msg.in_progress()
 
+    @_ported
     async def term(self) -> None:
         await self._msg.term()
 
@@ -411,9 +469,11 @@ class _NatsQueue:
     def __init__(self, puller: Puller) -> None:
         self._puller = puller
 
+    @_ported
     async def fetch(self, batch: int, timeout: float) -> list[Delivery]:
         return [_NatsDelivery(m) for m in await self._puller.fetch(batch, wait=max(timeout, 0.01))]
 
+    @_ported
     async def close(self, *, nak: bool = True) -> None:
         await self._puller.stop(nak=nak)
 
@@ -422,6 +482,7 @@ class _NatsKeyValue:
     def __init__(self, kv: Any, nc: NATS | None = None, bucket: str = "", js: Any = None) -> None:
         self._kv, self._nc, self._bucket, self._js = kv, nc, bucket, js
 
+    @_ported
     async def get(self, key: str) -> Entry | None:
         try:
             e = await self._kv.get(key)
@@ -429,9 +490,11 @@ class _NatsKeyValue:
             return None
         return Entry(key, e.value or b"", e.revision or 0)
 
+    @_ported
     async def put(self, key: str, value: bytes) -> int:
         return int(await self._kv.put(key, value))
 
+    @_ported
     async def create(self, key: str, value: bytes) -> int:
         try:
             return int(await self._kv.create(key, value))
@@ -440,12 +503,14 @@ class _NatsKeyValue:
             # other writer's create yet answers with "not found": it exists all the same
             raise KeyExistsError(f"key {key} exists") from e
 
+    @_ported
     async def update(self, key: str, value: bytes, last: int) -> int:
         try:
             return int(await self._kv.update(key, value, last=last))
         except KeyWrongLastSequenceError as e:
             raise RevisionMismatchError(f"key {key}: revision {last} is not the last one") from e
 
+    @_ported
     async def delete(self, key: str, *, last: int | None = None) -> None:
         if last is None:
             with contextlib.suppress(KeyNotFoundError):
@@ -464,18 +529,22 @@ class _NatsKeyValue:
                 raise RevisionMismatchError(f"key {key}: revision {last} is not the last one") from e
             raise
 
+    @_ported
     async def purge(self, pattern: str) -> None:
         await self._js.purge_stream(f"KV_{self._bucket}", subject=kv_subject(self._bucket, pattern))
 
+    @_ported
     async def ttl(self) -> float | None:
         info = await self._js.stream_info(f"KV_{self._bucket}")
         return info.config.max_age or None
 
+    @_ported
     async def put_nowait(self, key: str, value: bytes) -> None:
         # a KV put is a publish to $KV.<bucket>.<key>; without a reply nobody waits for it
         assert self._nc is not None
         await self._nc.publish(kv_subject(self._bucket, key), value)
 
+    @_ported
     async def keys(self, prefix: str = "") -> list[str]:
         try:
             keys = await self._kv.keys()
@@ -490,9 +559,11 @@ class _NatsObjects:
     def __init__(self, store: Any) -> None:
         self._store = store
 
+    @_ported
     async def put(self, name: str, data: bytes) -> None:
         await self._store.put(name, data)
 
+    @_ported
     async def get(self, name: str) -> bytes | None:
         buf = io.BytesIO()  # writeinto: nats-py's plain get is quadratic in the object's size
         try:

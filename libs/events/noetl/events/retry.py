@@ -20,11 +20,15 @@ from typing import TypeVar
 import nats.errors
 from nats.js.errors import APIError, NoStreamResponseError
 
+from noetl.events.port import UnavailableError
+
 log = logging.getLogger("noetl.retry")
 
 T = TypeVar("T")
 
 _TRANSIENT: tuple[type[BaseException], ...] = (
+    UnavailableError,  # what crosses the port (``nats_port.port_error``)
+    # nats-py's own, as the adapter's internals (streams, puller, outbox) still see them
     TimeoutError,  # nats.errors.TimeoutError and asyncio's are both this one
     nats.errors.NoRespondersError,
     nats.errors.ConnectionReconnectingError,

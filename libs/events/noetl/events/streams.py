@@ -27,6 +27,7 @@ from nats.js.object_store import ObjectStore
 
 from noetl.dsl.errors import DeploymentError
 from noetl.events import subjects as s
+from noetl.events.port import StreamConfig as PortStreamConfig
 from noetl.events.retry import is_transient, retrying
 
 log = logging.getLogger("noetl.streams")
@@ -187,6 +188,40 @@ async def ensure_stream(js: JetStreamContext, cfg: StreamConfig, want: int | Non
                 raise _placement_error(name, cfg.num_replicas or 1, e) from e
             raise
     await _reconcile_replicas(js, name, want)
+
+
+def port_stream_configs() -> list[PortStreamConfig]:
+    """The deployment's streams in the port's terms (what the in-memory twin declares)."""
+    return [
+        PortStreamConfig(
+            cfg.name or "",
+            tuple(cfg.subjects or ()),
+            work_queue=cfg.retention == RetentionPolicy.WORK_QUEUE,
+            duplicate_window=float(cfg.duplicate_window or 120.0),
+            schedules=bool(cfg.allow_msg_schedules),
+        )
+        for cfg in stream_configs(1)
+    ]
+
+
+async def ensure_kept_stream(
+    js: JetStreamContext, name: str, subjects: list[str], *, max_age: float, description: str,
+    replicas: int | None = None,
+) -> None:
+    """A stream of records kept ``max_age`` seconds (an audit trail), on file, with ``replicas``
+    copies (``replicas_wanted``); for stores outside the adapter that need more than the port's
+    ``StreamConfig`` says."""
+    want = replicas_wanted(replicas)
+    cfg = StreamConfig(
+        name=name,
+        subjects=subjects,
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=max_age,
+        num_replicas=want or 1,
+        description=description,
+    )
+    await ensure_stream(js, cfg, want)
 
 
 async def ensure_all(

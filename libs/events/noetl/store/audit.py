@@ -14,14 +14,11 @@ import json
 import uuid
 from typing import Any
 
-from nats.js import JetStreamContext
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig
-
 from noetl.events.clock import utc_now
-from noetl.events.nats_port import NatsBus, as_bus
+from noetl.events.nats_port import NatsBus
 from noetl.events.port import Bus
 from noetl.events.port import StreamConfig as PortStream
-from noetl.events.streams import ensure_stream, replicas_wanted
+from noetl.events.streams import ensure_kept_stream
 
 AUDIT_STREAM = "NOETL_AUDIT"
 AUDIT_FILTER = "noetl.audit.>"
@@ -36,29 +33,24 @@ def token_id(token: str | None) -> str:
     return "token:" + hashlib.sha256(token.encode()).hexdigest()[:12]
 
 
-async def ensure_audit_stream(js: Any, replicas: int | None = None) -> None:
-    """``js``: a nats-py JetStream context, or a bus port (the in-memory twin declares the stream
-    by name and subjects; retention is NATS's business)."""
-    bus = as_bus(js)
+async def ensure_audit_stream(bus: Bus, replicas: int | None = None) -> None:
+    """The audit stream, kept a year on NATS (the in-memory twin declares the stream by name and
+    subjects; retention is NATS's business)."""
     if not isinstance(bus, NatsBus):  # the twin: the stream by name and subjects
         await bus.add_stream(PortStream(AUDIT_STREAM, (AUDIT_FILTER,)))
         return
-    js = bus.js
-    want = replicas_wanted(replicas)
-    cfg = StreamConfig(
-        name=AUDIT_STREAM,
-        subjects=[AUDIT_FILTER],
-        retention=RetentionPolicy.LIMITS,
-        storage=StorageType.FILE,
+    await ensure_kept_stream(
+        bus.js,
+        AUDIT_STREAM,
+        [AUDIT_FILTER],
         max_age=AUDIT_MAX_AGE,
-        num_replicas=want or 1,
+        replicas=replicas,
         description="NoETL audit trail: who read which credential, when, for which execution",
     )
-    await ensure_stream(js, cfg, want)
 
 
 async def record_credential_access(
-    js: Bus | JetStreamContext,
+    bus: Bus,
     *,
     action: str,
     credential: str,
@@ -84,7 +76,7 @@ async def record_credential_access(
         "remote": remote,
     }
     data = json.dumps(record).encode()
-    await as_bus(js).publish(CREDENTIALS_AUDIT_SUBJECT, data, msg_id=record["audit_id"])
+    await bus.publish(CREDENTIALS_AUDIT_SUBJECT, data, msg_id=record["audit_id"])
     return record
 
 
@@ -92,7 +84,7 @@ ACTIONS_AUDIT_SUBJECT = "noetl.audit.actions"
 
 
 async def record_action(
-    bus: Any,
+    bus: Bus,
     *,
     action: str,
     principal: str,
@@ -114,5 +106,5 @@ async def record_action(
         "outcome": outcome,
         **details,
     }
-    await as_bus(bus).publish(ACTIONS_AUDIT_SUBJECT, json.dumps(record).encode(), msg_id=record["audit_id"])
+    await bus.publish(ACTIONS_AUDIT_SUBJECT, json.dumps(record).encode(), msg_id=record["audit_id"])
     return record

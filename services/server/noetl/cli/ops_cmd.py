@@ -243,10 +243,12 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
     replace or delete a credential and leave no trace."""
     from noetl.dsl.errors import KeychainUnresolvedError
     from noetl.events.masking import weak_secrets
+    from noetl.events.nats_port import NatsBus
     from noetl.store.audit import ensure_audit_stream, record_credential_access
     from noetl.store.credentials import CredentialStore
 
-    store = await CredentialStore.open(nc.jetstream(), None)
+    bus = NatsBus(nc)
+    store = await CredentialStore.open(bus, None)
     who = nats_identity(nc)
     try:
         if args.action in ("set", "delete"):
@@ -258,7 +260,7 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return 2
-            await ensure_audit_stream(nc.jetstream())
+            await ensure_audit_stream(bus)
         if args.action == "set":
             data = _credential_data(args)
             weak = weak_secrets(data, args.kind)
@@ -268,7 +270,7 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
                 return 2
             scope = {"paths": args.scope or ["*"], "inline": args.allow_inline}
             await record_credential_access(
-                nc.jetstream(), action="credential.put", credential=args.name, who=who or "anonymous",
+                bus, action="credential.put", credential=args.name, who=who or "anonymous",
                 outcome="stored", kind=args.kind, remote="cli",
             )
             await store.put(args.name, args.kind, data, scope)
@@ -281,7 +283,7 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
                 print(f"noetl: no credential {args.name!r}", file=sys.stderr)
                 return 1
             await record_credential_access(
-                nc.jetstream(), action="credential.delete", credential=args.name, who=who or "anonymous",
+                bus, action="credential.delete", credential=args.name, who=who or "anonymous",
                 outcome="deleted", remote="cli",
             )
             await store.delete(args.name)

@@ -13,9 +13,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import nats.errors
-
 from noetl.dsl.errors import DeploymentError
+from noetl.events.port import BusError
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 30.0
@@ -26,15 +25,19 @@ async def cli_connect(url: str, name: str, timeout: float = 5.0) -> Any:
     credentials); a nats-server without JetStream is ``Unsuitable``, one line too."""
     from noetl.events.bus import connect
     from noetl.events.connection import ConnectionState, check_jetstream, redact_urls
+    from noetl.events.nats_port import translating
 
     state = ConnectionState(redact_urls(url))
     try:
-        nc = await asyncio.wait_for(
-            connect(url, name=name, state=state, max_reconnect_attempts=2, connect_timeout=min(timeout, 5.0)),
-            timeout,
-        )
-    except (TimeoutError, OSError, nats.errors.Error) as e:
-        raise Unreachable(state, e) from e
+        with translating():  # nats-py's failures as the port's (``BusError``)
+            nc = await asyncio.wait_for(
+                connect(
+                    url, name=name, state=state, max_reconnect_attempts=2, connect_timeout=min(timeout, 5.0)
+                ),
+                timeout,
+            )
+    except (TimeoutError, OSError, BusError) as e:
+        raise Unreachable(state, e.__cause__ if isinstance(e, BusError) and e.__cause__ else e) from e
     from noetl.cli.as_principal import principal_token
 
     if principal_token():
@@ -68,6 +71,8 @@ def run_bounded(main: Callable[[], Awaitable[T]], what: str, timeout: float | No
     """``asyncio.run(main())`` within ``timeout`` seconds (None: no bound, e.g. ``--follow``);
     expected failures become one line on stderr and exit code 1."""
 
+    from noetl.events.nats_port import port_error
+
     async def bounded() -> T:
         return await (main() if timeout is None else asyncio.wait_for(main(), timeout))
 
@@ -77,6 +82,13 @@ def run_bounded(main: Callable[[], Awaitable[T]], what: str, timeout: float | No
         print(f"noetl {what}: {e}", file=sys.stderr)
     except TimeoutError:
         print(f"noetl {what}: no answer within --timeout {timeout:g} s", file=sys.stderr)
-    except nats.errors.Error as e:
-        print(f"noetl {what}: NATS said {type(e).__name__}: {e}", file=sys.stderr)
+    except Exception as e:
+        err = port_error(e)  # the port's error, or a command's own nats-py call (a principal's request)
+        if err is None:
+            raise
+        said = err.__cause__ or err  # nats-py's own failure, as the adapter translated it
+        if isinstance(said, TimeoutError):
+            print(f"noetl {what}: no answer within --timeout {timeout:g} s", file=sys.stderr)
+        else:
+            print(f"noetl {what}: NATS said {type(said).__name__}: {said}", file=sys.stderr)
     return 1

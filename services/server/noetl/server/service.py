@@ -21,8 +21,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import nats.errors
-
 from noetl.dsl.errors import DecisionUnstorableError, DeploymentError
 from noetl.engine import ExecutionState, decide, is_input, new_state
 from noetl.engine.endings import ending
@@ -60,7 +58,6 @@ BATCH = 256
 CHECKPOINT_EVERY = 0.1  # seconds
 # events someone waits for (clients follow an execution to its end): acknowledged one by one
 _WAITED_FOR = frozenset({"workflow.finished", "playbook.processed"})
-_NATS_ERRORS = (nats.errors.Error, BusError)
 # a request taken by a replica that then died goes to another one after this many seconds
 REQUEST_ACK_WAIT = 10.0
 # an owned partition whose reader is being opened again for longer than this is reported without one
@@ -685,12 +682,12 @@ class Server:
                     await retrying(
                         lambda: self.catalog.with_playbook_text(event),
                         "reading a playbook",
-                        also=_NATS_ERRORS,
+                        also=(BusError,),
                     )
                 )
             else:
                 state = await retrying(
-                    lambda: self._rebuild(eid, seq), f"rebuilding {eid}", also=_NATS_ERRORS
+                    lambda: self._rebuild(eid, seq), f"rebuilding {eid}", also=(BusError,)
                 )
                 if state is None:
                     log.warning("event %s for unknown execution %s ignored", event.get("event_id"), eid)

@@ -33,6 +33,8 @@ from noetl.dsl.errors import (
     UnauthorizedError,
     reply_error,
 )
+from noetl.events.nats_port import NatsBus
+from noetl.events.port import Bus
 from noetl.events.runtime import package_version
 from noetl.server.api.queries import (
     execution_namespace,
@@ -124,6 +126,7 @@ class NatsApiService:
 
     def __init__(self, nc: NATS, requests_handler: Any, principals: Principals | None = None) -> None:
         self.nc, self.requests = nc, requests_handler
+        self.bus: Bus = NatsBus(nc)  # the port for everything but the micro protocol itself
         self.catalog = getattr(requests_handler, "catalog", None)
         self.principals = principals if principals is not None else Principals()
         self.service: Service | None = None
@@ -173,7 +176,7 @@ class NatsApiService:
 
     async def _guard(self, req: Request, eid: str, principal: Principal, action: str) -> bool:
         """Whether ``principal`` may ``action`` the execution; replies the refusal when not."""
-        namespace = await execution_namespace(self.nc.jetstream(), eid)
+        namespace = await execution_namespace(self.bus, eid)
         if namespace is None or not principal.may("read", namespace):
             await _reply(req, reply_error(NoSuchEntityError(f"no execution {eid}")), 404)
             return False
@@ -202,7 +205,7 @@ class NatsApiService:
             return
         if not await self._guard(req, eid, principal, "read"):
             return
-        out = await execution_status(self.nc.jetstream(), eid)
+        out = await execution_status(self.bus, eid)
         if out is None:
             await _reply(req, reply_error(NoSuchEntityError(f"no execution {eid}")), 404)
             return
@@ -218,7 +221,7 @@ class NatsApiService:
         if not await self._guard(req, eid, principal, "write"):
             return
         body = json.loads(req.data)
-        js = self.nc.jetstream()
+        js = self.bus
         who = principal.name
         refusal = None
         if what == "signal" and isinstance(body.get("signal"), str):
@@ -262,9 +265,9 @@ class NatsApiService:
             return
         reason = json.loads(req.data).get("reason")
         out = await request_cancel(
-            self.nc.jetstream(), eid, str(reason) if reason else None, principal=principal.name
+            self.bus, eid, str(reason) if reason else None, principal=principal.name
         )
-        await record_action(self.nc.jetstream(), action="cancel", principal=principal.name, target=eid)
+        await record_action(self.bus, action="cancel", principal=principal.name, target=eid)
         if out is None:
             await _reply(req, reply_error(NoSuchEntityError(f"no execution {eid}")), 404)
             return
@@ -288,7 +291,7 @@ class NatsApiService:
         if isinstance(options, str):
             await _reply(req, reply_error(RequestInvalidError(options)), 400)
             return
-        js = self.nc.jetstream()
+        js = self.bus
         got = await prepare_rerun(js, self.catalog, eid, **options)
         if isinstance(got, dict):
             await _reply(req, got, 404 if got["error"]["kind"] == "not_found" else 409)
@@ -315,7 +318,7 @@ class NatsApiService:
         if not isinstance(text, str) or self.catalog is None:
             await _reply(req, reply_error(RequestInvalidError('send {"playbook": "<YAML text>"}')), 400)
             return
-        js = self.nc.jetstream()
+        js = self.bus
         try:
             out = await self.catalog.register(text, "<request>", principal)
         except PlaybookInvalidError as e:
@@ -354,7 +357,7 @@ class NatsApiService:
             await _reply(req, reply_error(RequestInvalidError("send a JSON object")), 400)
             return
         if self._schedules is None:
-            self._schedules = await ScheduleStore.open(self.nc.jetstream())
+            self._schedules = await ScheduleStore.open(self.bus)
         store = self._schedules
         if action == "list":
             listed = [s for s in await store.list() if principal.may("read", namespace_of(s.get("path")))]
@@ -371,6 +374,6 @@ class NatsApiService:
         else:
             out = await store.delete(name, principal)
         err = out.get("error")
-        await record_action(self.nc.jetstream(), action=f"schedule.{action}", principal=principal.name,
+        await record_action(self.bus, action=f"schedule.{action}", principal=principal.name,
                             target=name, outcome=err.get("kind", "refused") if err else "done")
         await _reply(req, out, OUTSIDE_CODES.get(err.get("kind"), 400) if err else 200)
