@@ -78,7 +78,7 @@ class ConsoleStack:
             await server.start()
             await worker.start()
             api = ApiServer(
-                nc, server.requests, server.catalog, creds, host="127.0.0.1", port=0, token=self.token
+                server.bus, server.requests, server.catalog, creds, host="127.0.0.1", port=0, token=self.token
             )
             await api.start()
             parts.append(api)

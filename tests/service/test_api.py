@@ -68,7 +68,8 @@ async def stack(nc) -> AsyncIterator[dict[str, Any]]:
     await server.start()
     await worker.start()
     api = ApiServer(
-        nc, server.requests, server.catalog, creds, host="127.0.0.1", port=0, token=TOKEN, admin_token=ADMIN
+        server.bus, server.requests, server.catalog, creds,
+        host="127.0.0.1", port=0, token=TOKEN, admin_token=ADMIN,
     )
     await api.start()
     server.observer = api.collector.observe  # as start_operations wires them

@@ -34,7 +34,8 @@ async def _api(nc: Any, token: str | None, admin: str | None) -> AsyncIterator[t
     server = Server(nc, credentials=creds)
     await server.start()
     api = ApiServer(
-        nc, server.requests, server.catalog, creds, host="127.0.0.1", port=0, token=token, admin_token=admin
+        server.bus, server.requests, server.catalog, creds,
+        host="127.0.0.1", port=0, token=token, admin_token=admin,
     )
     await api.start()
     try:

@@ -14,6 +14,7 @@ import pytest
 from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
 from noetl.events.bus import connect, read_execution_events
+from noetl.events.nats_port import NatsBus
 from noetl.host.natsserver import NatsServer
 from noetl.server.leases import DEFAULT_TTL, PartitionLeases
 from noetl.server.service import Server
@@ -32,7 +33,7 @@ def _leases(nc: Any, member: str, log: list[tuple[str, str, int]], others: dict[
     async def released(p: int) -> None:
         log.append(("release", member, p))
 
-    pl = PartitionLeases(nc.jetstream(), member, 8, on_acquire=acquired, on_release=released, ttl=TTL)
+    pl = PartitionLeases(NatsBus(nc), member, 8, on_acquire=acquired, on_release=released, ttl=TTL)
     others[member] = pl
     return pl
 

@@ -40,7 +40,9 @@ def value(families: dict[str, Any], sample: str, **labels: str) -> float | None:
 
 async def test_server_and_worker_metrics_parse(nc: Any) -> None:
     async with running(nc) as (server, worker):
-        api = ApiServer(nc, server.requests, server.catalog, server.credentials, host="127.0.0.1", port=0)
+        api = ApiServer(
+            server.bus, server.requests, server.catalog, server.credentials, host="127.0.0.1", port=0
+        )
         await api.start()
         api.ctx.liveness = server.liveness
         server.observer = api.collector.observe

@@ -95,7 +95,7 @@ async def stack(nc, nats_server) -> AsyncIterator[dict[str, Any]]:
     server, worker = Server(nc, credentials=creds), Worker(nc, concurrency=4, credentials=creds)
     await server.start()
     await worker.start()
-    api = ApiServer(nc, server.requests, server.catalog, creds, host="127.0.0.1", port=0, token=TOKEN)
+    api = ApiServer(server.bus, server.requests, server.catalog, creds, host="127.0.0.1", port=0, token=TOKEN)
     await api.start()
     micro = NatsApiService(nc, server.requests)
     await micro.start()

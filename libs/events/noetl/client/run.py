@@ -26,11 +26,11 @@ from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events
 from noetl.events.envelope import Event, dumps, loads
 from noetl.events.ids import execution_id_for
-from noetl.events.nats_port import as_bus
+from noetl.events.nats_port import Connection, as_bus
 from noetl.events.objects import expand, is_reference, resolve
 
 
-async def submit(conn: Any, request: dict[str, Any]) -> str:
+async def submit(conn: Connection, request: dict[str, Any]) -> str:
     """Publish an execution request; the same ``request_id`` twice is one execution. Returns the
     execution id, derived from the request id unless the request names one. ``conn``: a bus port,
     or a nats-py connection or JetStream context (``as_bus``), as for every function here."""
@@ -59,7 +59,7 @@ async def cancel(
     return {"execution_id": execution_id, "cancel": "requested"}
 
 
-async def _outside(conn: Any, subject: str, what: str, body: dict[str, Any]) -> dict[str, Any]:
+async def _outside(conn: Connection, subject: str, what: str, body: dict[str, Any]) -> dict[str, Any]:
     """Signal, pause, resume (SEMANTICS §17): refused here, with a reason, for an execution that
     does not exist or has finished; otherwise published for the server to record as an input.
     ``request_id`` (a fresh one unless given) makes a repeated send one request."""
@@ -206,11 +206,11 @@ async def pause(
     return await _outside(conn, s.PAUSE_SUBJECT, "pause", body)
 
 
-async def resume(conn: Any, execution_id: str, *, principal: str | None = None) -> dict[str, Any]:
+async def resume(conn: Connection, execution_id: str, *, principal: str | None = None) -> dict[str, Any]:
     return await _outside(conn, s.RESUME_SUBJECT, "resume", _by({"execution_id": execution_id}, principal))
 
 
-async def finished_event(conn: Any, execution_id: str) -> dict[str, Any] | None:
+async def finished_event(conn: Connection, execution_id: str) -> dict[str, Any] | None:
     """The execution's ``workflow.finished``, if it has one yet."""
     done = await as_bus(conn).last(
         s.EVENTS_STREAM, s.execution_event_filter(execution_id, "workflow.finished")
@@ -229,7 +229,7 @@ class Awaited:
         self._sub: Any = None
 
     @classmethod
-    async def open(cls, conn: Any, execution_id: str, name: str = "playbook.processed") -> Awaited:
+    async def open(cls, conn: Connection, execution_id: str, name: str = "playbook.processed") -> Awaited:
         self = cls(as_bus(conn), execution_id, name)
         self._sub = await self.bus.subscribe(self.subject, self._notice)
         return self
@@ -262,7 +262,7 @@ async def wait_finished(
     await awaited.wait(timeout)
 
 
-async def complete_log(conn: Any, execution_id: str, patience: float = 5.0) -> list[Event]:
+async def complete_log(conn: Connection, execution_id: str, patience: float = 5.0) -> list[Event]:
     """The execution's events up to ``playbook.processed``.
 
     A core subscriber can hear of a message before the stream has stored it, so a read right
@@ -277,7 +277,9 @@ async def complete_log(conn: Any, execution_id: str, patience: float = 5.0) -> l
     return events
 
 
-async def run_and_wait(conn: Any, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+async def run_and_wait(
+    conn: Connection, request: dict[str, Any], timeout: float | None = None
+) -> dict[str, Any]:
     from noetl.client.view import execution_output
 
     bus = as_bus(conn)

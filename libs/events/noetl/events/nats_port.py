@@ -13,7 +13,7 @@ import functools
 import io
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterator
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeAlias, TypeVar, cast
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -103,13 +103,19 @@ def _ported(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[An
 _READER_CHECK_EVERY = 3.0
 
 
-def as_bus(conn: Any, *, replicas: int | None = None) -> Bus:
+# what a process's assembly may hand over: the port, or a nats-py connection to wrap in one
+Connection: TypeAlias = "Bus | NATS | JetStreamContext"
+
+
+def as_bus(conn: Connection, *, replicas: int | None = None) -> Bus:
     """The bus port (``noetl.events.port``) of what a caller holds: a bus as it is (``NatsBus``
     or the in-memory twin), a nats-py connection or JetStream context wrapped in a ``NatsBus``.
-    The one place that tells them apart, so services and stores accept either."""
+    The one place that tells them apart. Called where a process is assembled (the CLI,
+    ``start_operations``, test fixtures) and at the few entry points the fault and cluster
+    harnesses feed a nats-py connection (``Server``, ``Worker``, the client functions, the
+    stores' ``open``); the services behind them take ``Bus``."""
     if hasattr(conn, "queue") and hasattr(conn, "outbox"):
-        bus: Bus = conn
-        return bus
+        return cast(Bus, conn)
     if isinstance(conn, JetStreamContext):
         return NatsBus.of(conn, replicas=replicas)
     return NatsBus(conn, replicas=replicas)

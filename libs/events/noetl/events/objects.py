@@ -7,16 +7,19 @@ plain object-store ``get`` is quadratic in the object's size, ENVIRONMENT.md).
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from noetl.events import subjects as s
 from noetl.events.envelope import loads
 from noetl.events.refs import is_reference
 
+if TYPE_CHECKING:  # the adapter's type; the adapter itself is imported where it is used
+    from noetl.events.nats_port import Connection
+
 __all__ = ["expand", "is_reference", "resolve"]
 
 
-async def resolve(conn: Any, ref: dict[str, Any]) -> Any:
+async def resolve(conn: Connection, ref: dict[str, Any]) -> Any:
     """The value behind a reference, checked against its checksum. ``conn``: a bus port, or a
     nats-py connection or JetStream context (``noetl.events.nats_port.as_bus``)."""
     from noetl.events.nats_port import as_bus

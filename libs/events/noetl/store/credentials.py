@@ -19,13 +19,16 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from noetl.dsl.errors import KeychainUnresolvedError
 from noetl.events.port import KeyValue
+
+if TYPE_CHECKING:  # the adapter's type; the adapter itself is imported where it is used
+    from noetl.events.nats_port import Connection
 
 BUCKET = "noetl_credentials"
 KEY_ENV = "NOETL_CREDENTIALS_KEY"
@@ -129,7 +132,7 @@ class CredentialStore:
         self._cipher = cipher
 
     @classmethod
-    async def open(cls, bus: Any, key: bytes | str | None = None) -> CredentialStore:
+    async def open(cls, bus: Connection, key: bytes | str | None = None) -> CredentialStore:
         """Open the bucket, creating it when missing; the key as described in the module doc.
         ``bus``: a bus port (``noetl.events.port``) or a nats-py JetStream context."""
         cipher = _cipher(key)

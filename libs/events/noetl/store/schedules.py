@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -25,6 +25,9 @@ from noetl.dsl.names import schedule_name_problem
 from noetl.events import subjects as s
 from noetl.events.port import Bus, KeyValue, RefusedError
 from noetl.store.principals import Principal, namespace_of
+
+if TYPE_CHECKING:  # the adapter's type; the adapter itself is imported where it is used
+    from noetl.events.nats_port import Connection
 
 OVERLAP = ("skip", "allow")
 
@@ -104,7 +107,7 @@ class ScheduleStore:
         self.bus, self.kv = bus, kv
 
     @classmethod
-    async def open(cls, bus: Bus | Any) -> ScheduleStore:
+    async def open(cls, bus: Connection) -> ScheduleStore:
         """``bus``: the bus port, or a nats-py connection or JetStream context (``as_bus``)."""
         from noetl.events.nats_port import as_bus
 

@@ -97,12 +97,13 @@ async def _status(nc: Any, args: argparse.Namespace) -> int:
 
 async def _events(nc: Any, args: argparse.Namespace) -> int:
     from noetl.cli.lines import EventLines
+    from noetl.events.nats_port import NatsBus
     from noetl.server.api.follow import follow_events
 
     _check_id(args.execution_id)
     seen = 0
     lines = EventLines()  # knows each task event's step and iteration from the events before it
-    async for ev in follow_events(nc, args.execution_id, follow=args.follow):
+    async for ev in follow_events(NatsBus(nc), args.execution_id, follow=args.follow):
         if ev is None:
             continue
         seen += 1

@@ -30,8 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from noetl.events import subjects as s
-from noetl.events.nats_port import as_bus
-from noetl.events.port import KeyExistsError, KeyValue, RevisionMismatchError
+from noetl.events.port import Bus, KeyExistsError, KeyValue, RevisionMismatchError
 from noetl.events.retry import describe, is_transient, retrying
 from noetl.events.runtime import cancel_and_wait
 
@@ -49,7 +48,7 @@ def lease_ttl() -> float:
 class PartitionLeases:
     def __init__(
         self,
-        bus: Any,
+        bus: Bus,
         member: str,
         partitions: int,
         *,
@@ -57,11 +56,11 @@ class PartitionLeases:
         on_release: Callable[[int], Awaitable[None]],
         on_hold: Callable[[int], Awaitable[None]] | None = None,
         ttl: float | None = None,
-        replicas: int | None = None,
+        replicas: int | None = None,  # unused: the bus was made with its replicas
     ) -> None:
         """``on_hold`` is called for every partition still held after each round: the owner makes
         sure whatever it runs for a partition is still running (a lease kept restarts what ended)."""
-        self.bus, self.member, self.partitions = as_bus(bus, replicas=replicas), member, partitions
+        self.bus, self.member, self.partitions = bus, member, partitions
         self.on_acquire, self.on_release, self.on_hold = on_acquire, on_release, on_hold
         self.ttl = self.configured_ttl = ttl if ttl is not None else lease_ttl()
         if self.ttl < 1.0:

@@ -13,7 +13,7 @@ from typing import Any
 
 from noetl.events import subjects as s
 from noetl.events.envelope import loads
-from noetl.events.nats_port import as_bus
+from noetl.events.port import Bus
 from noetl.server.api.queries import execution_namespace, namespace_of_request
 
 Visible = Callable[[str], bool]  # whether the caller may read a namespace (docs/security.md)
@@ -23,10 +23,9 @@ FINISHED = s.events_named("workflow.finished")
 FORKED = s.events_named("execution.forked")
 
 
-async def reruns_of(conn: Any, execution_id: str, visible: Visible | None = None) -> list[dict[str, Any]]:
+async def reruns_of(bus: Bus, execution_id: str, visible: Visible | None = None) -> list[dict[str, Any]]:
     """The executions forked from ``execution_id``, oldest first; with ``visible``, only those of
     namespaces it admits (a rerun may run another playbook, in another namespace)."""
-    bus = as_bus(conn)
     out = []
     for m in await bus.read(s.EVENTS_STREAM, [FORKED]):
         ev = loads(m.data)
@@ -46,11 +45,10 @@ async def reruns_of(conn: Any, execution_id: str, visible: Visible | None = None
     return out
 
 
-async def children_of(conn: Any, execution_id: str, visible: Visible | None = None) -> list[dict[str, Any]]:
+async def children_of(bus: Bus, execution_id: str, visible: Visible | None = None) -> list[dict[str, Any]]:
     """The child executions ``execution_id`` started, in the order they were requested, with
     their status (``running`` until their ``workflow.finished``); with ``visible``, only those of
     namespaces it admits."""
-    bus = as_bus(conn)
     out: dict[str, dict[str, Any]] = {}
     for m in await bus.read(s.EVENTS_STREAM, [REQUESTED]):
         ev = loads(m.data)
@@ -79,7 +77,7 @@ async def children_of(conn: Any, execution_id: str, visible: Visible | None = No
 
 
 async def lineage(
-    conn: Any, execution_id: str, events: list[dict[str, Any]], visible: Visible | None = None
+    bus: Bus, execution_id: str, events: list[dict[str, Any]], visible: Visible | None = None
 ) -> dict[str, Any]:
     """``{parent_execution_id, forked_from, children, reruns}`` of an execution whose events are
     ``events``; children and reruns in namespaces ``visible`` does not admit are left out."""
@@ -94,6 +92,6 @@ async def lineage(
             if forked
             else None
         ),
-        "children": await children_of(conn, execution_id, visible),
-        "reruns": await reruns_of(conn, execution_id, visible),
+        "children": await children_of(bus, execution_id, visible),
+        "reruns": await reruns_of(bus, execution_id, visible),
     }

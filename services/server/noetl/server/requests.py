@@ -43,8 +43,7 @@ from noetl.events.envelope import (
     make_event,
 )
 from noetl.events.ids import derive_id, execution_id_for
-from noetl.events.nats_port import as_bus
-from noetl.events.port import store_all
+from noetl.events.port import Bus, store_all
 from noetl.store.catalog import MAX_MESSAGE_BYTES, Catalog
 from noetl.store.credentials import scope_allows
 from noetl.store.principals import Principal, namespace_of
@@ -79,8 +78,8 @@ def _principal_name(req: dict[str, Any]) -> str:
 
 
 class RequestHandler:
-    def __init__(self, bus: Any, catalog: Catalog, credentials: Any, partitions: int = 1) -> None:
-        self.bus = as_bus(bus)
+    def __init__(self, bus: Bus, catalog: Catalog, credentials: Any, partitions: int = 1) -> None:
+        self.bus = bus
         self.catalog = catalog
         self.credentials = credentials
         self.partitions = partitions

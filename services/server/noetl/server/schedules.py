@@ -20,7 +20,6 @@ from noetl.events import subjects as s
 from noetl.events.consume import consume
 from noetl.events.envelope import dumps
 from noetl.events.ids import execution_id_for
-from noetl.events.nats_port import as_bus
 from noetl.events.port import Bus, Delivery, QueueConfig
 from noetl.events.retry import retrying
 from noetl.server.requests import RequestHandler
@@ -75,9 +74,8 @@ async def fire(
     return reply
 
 
-async def fire_loop(bus: Bus | Any, requests: RequestHandler, stopping: asyncio.Event) -> None:
+async def fire_loop(bus: Bus, requests: RequestHandler, stopping: asyncio.Event) -> None:
     """Turn schedule fires into execution requests, on whichever replica the queue hands them to."""
-    bus = as_bus(bus)
     store = await retrying(lambda: ScheduleStore.open(bus), "opening noetl_schedules")
     config = QueueConfig(
         s.TIMERS_STREAM, s.SCHEDULES_CONSUMER, s.SCHEDULE_FIRE_FILTER, ack_wait=FIRE_ACK_WAIT, max_deliver=-1

@@ -30,7 +30,7 @@ from noetl.events import supervise, tracing
 from noetl.events.clock import utc_now
 from noetl.events.envelope import Event, WireError, decode_event, dumps, loads, make_event
 from noetl.events.ids import derive_id
-from noetl.events.nats_port import as_bus
+from noetl.events.nats_port import Connection, as_bus
 from noetl.events.port import (
     Bus,
     BusError,
@@ -67,7 +67,7 @@ READER_GRACE = 10.0
 class Server:
     def __init__(
         self,
-        bus: Any,
+        bus: Connection,
         *,
         partitions: int | None = None,
         owned: list[int] | None = None,
@@ -79,7 +79,9 @@ class Server:
         """``partitions`` None takes the count recorded in JetStream (``DEFAULT_PARTITIONS`` on a new
         deployment). The partitions this server decides for come from the leases; ``owned`` fixes
         them instead, and ``leases=False`` takes them all (a private NATS with one server).
-        ``bus``: the bus port (``noetl.events.port``), or a nats-py connection to wrap in one."""
+        ``bus``: the bus port (``noetl.events.port``), chosen where the process is assembled. A
+        nats-py connection is still wrapped here (``as_bus``, with ``replicas``) for the fault and
+        cluster harnesses (tests/faults, tests/cluster), which build a server from one."""
         self.bus: Bus = as_bus(bus, replicas=replicas)
         self._partitions_arg = partitions
         self.partitions = partitions or s.DEFAULT_PARTITIONS

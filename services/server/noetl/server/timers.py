@@ -24,7 +24,6 @@ from noetl.events.clock import utc_now
 from noetl.events.consume import consume
 from noetl.events.envelope import dumps, loads, make_event
 from noetl.events.ids import derive_id
-from noetl.events.nats_port import as_bus
 from noetl.events.port import Bus, Delivery, QueueConfig
 from noetl.events.retry import retrying
 
@@ -32,9 +31,8 @@ log = logging.getLogger("noetl.server")
 
 TIMER_ACK_WAIT = 10.0
 
-async def arm(bus: Bus | Any, timers: list[dict[str, Any]]) -> None:
+async def arm(bus: Bus, timers: list[dict[str, Any]]) -> None:
     """Store timer definitions; JetStream publishes each on ``noetl.timers.due`` at its ``at``."""
-    bus = as_bus(bus)
     for t in timers:
         await bus.publish(
             s.timer_subject(t["execution_id"], t["timer_id"]),
@@ -44,11 +42,10 @@ async def arm(bus: Bus | Any, timers: list[dict[str, Any]]) -> None:
         )
 
 
-async def disarm(bus: Bus | Any, execution_id: str, timer_ids: list[str] | None = None) -> None:
+async def disarm(bus: Bus, execution_id: str, timer_ids: list[str] | None = None) -> None:
     """Purge timer definitions (of one execution, or all of it when ``timer_ids`` is None). Nobody
     needs to wait for it (the server runs it in the background): a timer that fires anyway is
     ignored by the engine, so a failed purge is only logged."""
-    bus = as_bus(bus)
     filters = (
         [s.execution_timers_filter(execution_id)]
         if timer_ids is None
@@ -83,9 +80,8 @@ def fired_event(timer: dict[str, Any]) -> tuple[str, bytes, str]:
     )
 
 
-async def due_loop(bus: Bus | Any, stopping: asyncio.Event) -> None:
+async def due_loop(bus: Bus, stopping: asyncio.Event) -> None:
     """Record due timers as ``timer.fired`` inputs, on whichever replica the queue hands them to."""
-    bus = as_bus(bus)
     config = QueueConfig(
         s.TIMERS_STREAM, s.TIMERS_CONSUMER, s.TIMER_DUE_SUBJECT, ack_wait=TIMER_ACK_WAIT, max_deliver=-1
     )

@@ -51,7 +51,7 @@ from noetl.events.envelope import (
 from noetl.events.histogram import Histogram
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
-from noetl.events.nats_port import as_bus
+from noetl.events.nats_port import Connection, as_bus
 from noetl.events.port import Bus, QueueConfig
 from noetl.events.retry import is_transient, retrying
 from noetl.events.streams import replicated
@@ -78,7 +78,7 @@ _NO_SECRETS = Masker()  # a playbook without a keychain masks nothing: no masker
 class Worker:
     def __init__(
         self,
-        nc: Any,
+        nc: Connection,
         *,
         pool: str = s.DEFAULT_POOL,
         concurrency: int = 16,
@@ -89,8 +89,8 @@ class Worker:
             raise DeploymentError(f"--pool: {problem}")
         # a bus port (noetl.events.port): NATS, or the in-memory twin of behaviour tests
         self.bus: Bus = as_bus(nc, replicas=replicas)
-        nc = getattr(self.bus, "nc", None)
-        self.nc, self.js = nc, (nc.jetstream() if nc is not None else None)
+        raw = getattr(self.bus, "nc", None)
+        self.nc, self.js = raw, (raw.jetstream() if raw is not None else None)
         self.replicas = replicas
         self._ack_all = replicated(replicas)  # see Outbox: every event acked on replicated streams
         self.pool, self.concurrency = pool, concurrency

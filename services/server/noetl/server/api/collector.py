@@ -22,8 +22,7 @@ from typing import Any
 
 from noetl.events import subjects as s
 from noetl.events.envelope import Event, loads
-from noetl.events.nats_port import as_bus
-from noetl.events.port import Message, ReaderLostError
+from noetl.events.port import Bus, Message, ReaderLostError
 from noetl.events.runtime import cancel_and_wait
 from noetl.server.api.metrics import Metrics
 from noetl.server.api.queries import FINISHED_FILTER, REQUESTED_FILTER
@@ -43,9 +42,8 @@ def _ts(text: Any) -> float | None:
 
 
 class MetricsCollector:
-    def __init__(self, conn: Any, metrics: Metrics) -> None:
-        """``conn``: the bus port, or a nats-py connection or JetStream context (``as_bus``)."""
-        self.bus, self.metrics = as_bus(conn), metrics
+    def __init__(self, bus: Bus, metrics: Metrics) -> None:
+        self.bus, self.metrics = bus, metrics
         self._task: asyncio.Task[None] | None = None
         self._next_seq = 1  # the stream position after the last execution event folded
         self._open_steps: OrderedDict[str, float] = OrderedDict()

@@ -16,14 +16,13 @@ from typing import Any
 
 from noetl.events import subjects as s
 from noetl.events.envelope import loads
-from noetl.events.nats_port import as_bus
-from noetl.events.port import Message
+from noetl.events.port import Bus, Message
 
 END_EVENT = "playbook.processed"
 
 
 async def follow_events(
-    conn: Any,
+    bus: Bus,
     execution_id: str,
     *,
     after_event_id: str | None = None,
@@ -33,13 +32,11 @@ async def follow_events(
 ) -> AsyncIterator[dict[str, Any] | None]:
     """Yield events in order; with ``idle`` a ``None`` every ``idle`` quiet seconds (keep-alives).
 
-    ``conn``: the bus port, or a nats-py connection or JetStream context (``as_bus``).
     ``after_event_id`` resumes a client that already has the events up to that one (SSE's
     ``Last-Event-ID``); an id the log does not hold replays everything. Ends after
     ``playbook.processed``, when ``stop`` is set, or after the stored events when ``follow`` is
     false.
     """
-    bus = as_bus(conn)
     filters = [s.execution_events_filter(execution_id)]
     start_seq = 1
     if after_event_id or not follow:

@@ -24,7 +24,7 @@ from noetl.dsl.errors import RequestInvalidError, brief, reply_error
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events
 from noetl.events.envelope import loads
-from noetl.events.nats_port import as_bus
+from noetl.events.nats_port import Connection, as_bus
 from noetl.events.runtime import list_runtime
 from noetl.store.principals import Principal, namespace_of
 
@@ -80,7 +80,7 @@ def namespace_of_request(req: dict[str, Any]) -> str:
     return namespace_of(req.get("path"))
 
 
-async def execution_namespace(conn: Any, execution_id: str) -> str | None:
+async def execution_namespace(conn: Connection, execution_id: str) -> str | None:
     """The namespace of an execution (None when the log has no event of it): what a principal's
     right to read or act on it is checked against."""
     bus = as_bus(conn)
@@ -120,7 +120,7 @@ async def _waits(bus: Any, items: list[dict[str, Any]]) -> None:
 SHORT_ID_MIN = 4
 
 
-async def resolve_execution_id(conn: Any, given: str) -> str | dict[str, Any]:
+async def resolve_execution_id(conn: Connection, given: str) -> str | dict[str, Any]:
     """A full execution id from the start of one, as the console shows them (``9f3a1b2c3d4e…``):
     the id itself when it is whole or matches nothing (the caller says there is no such
     execution), the one id it starts, or ``{"error": ...}`` naming the candidates when several
@@ -204,7 +204,7 @@ async def list_executions(
     return {"executions": items, "next_cursor": next_cursor}
 
 
-async def execution_status(conn: Any, execution_id: str) -> dict[str, Any] | None:
+async def execution_status(conn: Connection, execution_id: str) -> dict[str, Any] | None:
     """Status, ctx, step runs and result, or None when the log has no event of this execution."""
     events = await read_execution_events(conn, execution_id)
     if not events:
@@ -334,7 +334,7 @@ async def _stalls(bus: Any, items: list[dict[str, Any]], requested: dict[str, di
 MAX_STALL_SCAN = 500  # running executions a metrics scrape looks at
 
 
-async def stall_counts(conn: Any, running: list[str]) -> dict[str, int]:
+async def stall_counts(conn: Connection, running: list[str]) -> dict[str, int]:
     """How many of the ``running`` executions are stalled or queued for a pool without workers
     (``/metrics``); at most ``MAX_STALL_SCAN`` are looked at per scrape."""
     bus = as_bus(conn)

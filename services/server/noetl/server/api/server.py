@@ -20,7 +20,7 @@ from typing import Any
 import uvicorn
 
 from noetl.dsl.errors import DeploymentError
-from noetl.events.nats_port import as_bus
+from noetl.events.port import Bus
 from noetl.events.retry import retrying
 from noetl.server.api.app import build_app
 from noetl.server.api.collector import MetricsCollector
@@ -83,7 +83,7 @@ def _listen(host: str, port: int) -> socket.socket:
 class ApiServer:
     def __init__(
         self,
-        conn: Any,
+        bus: Bus,
         requests_handler: Any,
         catalog: Any,
         credentials: Any,
@@ -97,7 +97,7 @@ class ApiServer:
         listener: Any = None,
         nats_state: Any = None,
     ) -> None:
-        """``conn``: the bus port, or a nats-py connection or JetStream context (``as_bus``).
+        """``bus``: the bus port, chosen where the process is assembled (``start_operations``).
         ``auth_file``: the principals (``NOETL_AUTH_FILE`` when None; docs/security.md).
         ``listener``: an ``HttpListener`` already serving the probes on the port since before
         NATS was reached; the API takes its socket over instead of binding one. ``nats_state``:
@@ -109,7 +109,7 @@ class ApiServer:
         principals = Principals.load(token, admin_token, auth_file)
         check_exposure(host, token or ("principals" if principals.required else None), insecure)
         self.ctx = ApiContext(
-            bus=as_bus(conn),
+            bus=bus,
             requests=requests_handler,
             catalog=catalog,
             credentials=credentials,
