@@ -66,6 +66,28 @@ def describe(e: BaseException) -> str:
     return f"{type(e).__name__}{': ' + text if text else ''}"
 
 
+class Backoff:
+    """The delay before the next try: ``first``, doubling up to ``most`` while tries keep failing,
+    and ``first`` again once a try lasted ``healthy_after`` seconds (a loop that ran a while before
+    it broke is not failing quickly). The one back-off of ``retrying`` and of the server's loops."""
+
+    def __init__(self, first: float = 0.1, most: float = 2.0, healthy_after: float | None = None) -> None:
+        self.first, self.most, self.healthy_after = first, most, healthy_after
+        self.delay = first
+
+    def next(self, lasted: float | None = None) -> float:
+        """The delay to wait now (``lasted``: how long the failed try ran)."""
+        if self.healthy_after is not None and lasted is not None and lasted >= self.healthy_after:
+            self.delay = self.first
+        delay = self.delay
+        self.delay = min(self.delay * 2, self.most)
+        return delay
+
+    @property
+    def upcoming(self) -> float:
+        return self.delay
+
+
 async def retrying(
     fn: Callable[[], Awaitable[T]],
     what: str,
@@ -74,13 +96,15 @@ async def retrying(
     first_delay: float = 0.1,
     max_delay: float = 2.0,
     also: tuple[type[BaseException], ...] = (),
+    never: tuple[type[BaseException], ...] = (),
 ) -> T:
     """``fn()`` until it succeeds or fails for a reason of its own; ``deadline`` (loop time) bounds
     the waiting for callers that have something better to do than wait (a one-shot CLI call).
     ``also`` names more failures to wait out where the caller knows a retry is safe: a read, or a
-    stream just created that another node does not show yet (404)."""
+    stream just created that another node does not show yet (404); ``never`` failures no retry
+    can change, raised at once even when ``also`` covers them (``RefusedError``)."""
     loop = asyncio.get_running_loop()
-    delay = first_delay
+    backoff = Backoff(first_delay, max_delay)
     attempt = 0
     while True:
         try:
@@ -88,14 +112,16 @@ async def retrying(
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            if not (is_transient(e) or isinstance(e, also)) or (
-                deadline is not None and loop.time() + delay >= deadline
+            if (
+                isinstance(e, never)
+                or not (is_transient(e) or isinstance(e, also))
+                or (deadline is not None and loop.time() + backoff.upcoming >= deadline)
             ):
                 raise
             attempt += 1
+            delay = backoff.next()
             # the first retries are routine during an election: say so once it lasts
             (log.warning if attempt >= 3 else log.info)(
                 "%s: %s; retrying in %.1f s", what, describe(e), delay
             )
             await asyncio.sleep(delay)
-            delay = min(delay * 2, max_delay)
