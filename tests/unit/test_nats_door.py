@@ -17,6 +17,8 @@ ROOTS = [ROOT / "libs/dsl", ROOT / "libs/events", ROOT / "services/server", ROOT
 ADAPTER = frozenset(
     {
         "noetl.events.nats_port",
+        "noetl.events.nats_errors",
+        "noetl.events.nats_handles",
         "noetl.events.bus",
         "noetl.events.connection",
         "noetl.events.outbox",

@@ -7,13 +7,10 @@ durable pull consumers with explicit acks for work queues, KV buckets and object
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
-import io
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterator
-from typing import Any, ParamSpec, TypeAlias, TypeVar, cast
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any, TypeAlias, cast
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -29,78 +26,39 @@ from nats.js.api import (
     StreamConfig as NatsStreamConfig,
 )
 from nats.js.errors import (
-    APIError,
     BadRequestError,
-    KeyNotFoundError,
-    KeyWrongLastSequenceError,
     NoStreamResponseError,
     NotFoundError,
-    ObjectNotFoundError,
 )
 
+from noetl.events.nats_errors import never_storable, port_error, ported, translating
+from noetl.events.nats_handles import (
+    _message,
+    _NatsKeyValue,
+    _NatsObjects,
+    _NatsOutbox,
+    _NatsQueue,
+    _NatsReader,
+)
 from noetl.events.outbox import Outbox
 from noetl.events.port import (
     Bus,
     BusError,
-    Delivery,
-    Entry,
-    KeyExistsError,
     Message,
     NoStreamError,
     PubAck,
     QueueConfig,
     ReaderLostError,
     RefusedError,
-    RevisionMismatchError,
     StreamConfig,
-    UnavailableError,
 )
-from noetl.events.puller import Puller, PullError, ack_stored, consumer_sequence
-from noetl.events.retry import describe, is_transient, retrying
+from noetl.events.puller import Puller
+from noetl.events.retry import retrying
 from noetl.events.streams import ensure_all, ensure_consumer, ensure_kv, ensure_object_store
-from noetl.events.subjects import consumer_delete_subject, kv_subject
 
 log = logging.getLogger("noetl.events")
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-@contextlib.contextmanager
-def translating() -> Iterator[None]:
-    """nats-py's failures raised inside as the port's (``port_error``); anything else as it is.
-    For the few callers that hold a nats-py connection of their own (a CLI command's connect)."""
-    try:
-        yield
-    except BusError:
-        raise
-    except Exception as e:
-        err = port_error(e)
-        if err is None:
-            raise
-        raise err from e
-
-
-def _ported(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
-    """An operation of the port: what nats-py raises leaves it as ``noetl.events.port``'s error."""
-
-    @functools.wraps(fn)
-    async def op(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:  # inline, not ``translating()``: this is on the hot path (a try costs nothing)
-            return await fn(*args, **kwargs)
-        except BusError:
-            raise
-        except Exception as e:
-            err = port_error(e)
-            if err is None:
-                raise
-            raise err from e
-
-    return op
-
-
-# an idle reader asks this often whether its consumer still exists (its node may be gone)
-_READER_CHECK_EVERY = 3.0
+__all__ = ["Connection", "NatsBus", "as_bus", "never_storable", "port_error", "translating"]
 
 
 # what a process's assembly may hand over: the port, or a nats-py connection to wrap in one
@@ -134,7 +92,7 @@ class NatsBus:
         """The bus of a JetStream context callers already hold."""
         return cls(js._nc, replicas=replicas)
 
-    @_ported
+    @ported
     async def add_stream(self, config: StreamConfig) -> None:
         cfg = NatsStreamConfig(
             name=config.name,
@@ -150,7 +108,7 @@ class NatsBus:
         except BadRequestError:
             await self.js.update_stream(cfg)
 
-    @_ported
+    @ported
     async def publish(
         self, subject: str, data: bytes, *, msg_id: str | None = None, headers: dict[str, str] | None = None
     ) -> PubAck:
@@ -187,7 +145,7 @@ class NatsBus:
             raise BusError(f"stream {stream}: {e.description}") from e
         return info.name, info.num_pending or 0
 
-    @_ported
+    @ported
     async def read(
         self, stream: str, filters: list[str], *, start_seq: int = 1, before_seq: int | None = None
     ) -> list[Message]:
@@ -232,7 +190,7 @@ class NatsBus:
             finally:
                 await reader.close()
 
-    @_ported
+    @ported
     async def reader(
         self, stream: str, filters: list[str], *, start_seq: int = 1, name: str = ""
     ) -> _NatsReader:
@@ -253,7 +211,7 @@ class NatsBus:
         puller = await Puller(self.nc, stream, info.name, batch=256).start()
         return _NatsReader(self, stream, info.name, puller)
 
-    @_ported
+    @ported
     async def last(self, stream: str, subject: str) -> Message | None:
         try:
             m = await self.js.get_last_msg(stream, subject)
@@ -261,16 +219,16 @@ class NatsBus:
             return None
         return Message(m.subject or subject, m.data or b"", m.seq or 0, dict(m.headers or {}) or None)
 
-    @_ported
+    @ported
     async def count(self, stream: str) -> int:
         info = await self.js.stream_info(stream)
         return int(info.state.messages)
 
-    @_ported
+    @ported
     async def purge(self, stream: str, subject: str | None = None) -> None:
         await self.js.purge_stream(stream, subject=subject)
 
-    @_ported
+    @ported
     async def queue(self, config: QueueConfig) -> _NatsQueue:
         """A durable pull consumer read through ``Puller``: a pull request is always waiting, so
         a command reaches a free worker without a round trip (the hot path's floor)."""
@@ -285,11 +243,11 @@ class NatsBus:
         await retrying(lambda: ensure_consumer(self.js, config.stream, cfg), f"consumer {config.consumer}")
         return _NatsQueue(await Puller(self.nc, config.stream, config.consumer).start())
 
-    @_ported
+    @ported
     async def prepare(self, replicas: int | None = None) -> None:
         await ensure_all(self.js, replicas if replicas is not None else self.replicas)
 
-    @_ported
+    @ported
     async def subscribe(self, subject: str, cb: Callable[[Message], Awaitable[None]]) -> Any:
         async def on_msg(m: Any) -> None:
             await cb(Message(m.subject, m.data, 0))
@@ -299,7 +257,7 @@ class NatsBus:
     def outbox(self, *, ack_all: bool = False, confirm_every: int | None = 64) -> _NatsOutbox:
         return _NatsOutbox(Outbox(self.nc, ack_all=ack_all, confirm_every=confirm_every))
 
-    @_ported
+    @ported
     async def kv(self, bucket: str, *, ttl: float | None = None, history: int = 1) -> _NatsKeyValue:
         kv = await ensure_kv(self.js, bucket, ttl=ttl, history=history, replicas=self.replicas)
         if ttl is not None:
@@ -315,265 +273,8 @@ class NatsBus:
             log.warning("KV bucket %s: TTL %.1f s, changing it to %.1f s", bucket, info.config.max_age, ttl)
             await self.js.update_stream(info.config.evolve(max_age=ttl, duplicate_window=ttl))
 
-    @_ported
+    @ported
     async def objects(self, bucket: str) -> _NatsObjects:
         return _NatsObjects(await ensure_object_store(self.js, bucket, replicas=self.replicas))
 
 
-_STREAM_NOT_FOUND = 10059  # nats-server's JSStreamNotFoundErr
-
-
-def port_error(e: BaseException) -> BusError | None:
-    """The port's error for a failure of nats-py (None when ``e`` is not one): the adapter's
-    translation, so that what crosses the port is ``noetl.events.port``'s family and nats-py's
-    classes and JetStream's error codes are read here alone. ``__cause__`` keeps the original.
-
-    Passing by itself (``is_transient``: time-outs, no responders, a reconnect, no leader) is
-    ``UnavailableError``; a message that can never be stored is ``RefusedError``; a stream that
-    is not there ``NoStreamError``; any other nats-py failure a plain ``BusError``.
-    """
-    if isinstance(e, BusError):
-        return e
-    if not isinstance(e, nats.errors.Error | APIError | TimeoutError):
-        return None
-    out: BusError
-    text = describe(e)
-    if is_transient(e):
-        out = UnavailableError(text)
-    elif never_storable(e):
-        out = RefusedError(text)
-    elif isinstance(e, NotFoundError) and e.err_code == _STREAM_NOT_FOUND:
-        out = NoStreamError(text)
-    else:
-        out = BusError(text)
-    out.__cause__ = e
-    return out
-
-
-def never_storable(e: BaseException) -> bool:
-    """Refusals of the message itself, never of the moment: a payload over ``max_payload``, a bad
-    subject, a stream answering 400 (e.g. message size exceeds the stream's maximum). Anything
-    else might pass with time and is retried."""
-    if isinstance(e, nats.errors.MaxPayloadError | nats.errors.BadSubjectError):
-        return True
-    return isinstance(e, APIError) and e.code == 400 and not is_transient(e)
-
-
-def _stamp(m: Any) -> float:
-    ts = getattr(getattr(m, "metadata", None), "timestamp", None)
-    return ts.timestamp() if ts is not None else 0.0
-
-
-def _message(m: Any) -> Message:
-    return Message(m.subject, m.data, m.metadata.sequence.stream, dict(m.headers or {}) or None, _stamp(m))
-
-
-class _NatsOutbox:
-    """``Outbox`` with the port's errors: a message JetStream can never store is ``RefusedError``."""
-
-    def __init__(self, outbox: Outbox) -> None:
-        self._outbox = outbox
-
-    @_ported
-    async def send(self, subject: str, data: bytes, msg_id: str, *, ack: bool = False) -> None:
-        try:
-            await self._outbox.send(subject, data, msg_id, ack=ack)
-        except Exception as e:
-            if never_storable(e):
-                raise RefusedError(f"{subject}: {e}") from e
-            raise
-
-    @_ported
-    async def confirm(self) -> None:
-        try:
-            await self._outbox.confirm()
-        except Exception as e:
-            if never_storable(e):
-                raise RefusedError(str(e)) from e
-            raise
-
-
-class _NatsReader:
-    def __init__(self, bus: NatsBus, stream: str, name: str, puller: Puller) -> None:
-        self._bus, self._stream, self._name, self._puller = bus, stream, name, puller
-        self._expected = 1  # the next consumer sequence: any other is a message lost on the way
-        self._gap = False
-        self._idle_since: float | None = None
-
-    @_ported
-    async def fetch(self, batch: int, timeout: float) -> list[Message]:
-        if self._gap:
-            raise ReaderLostError(f"{self._stream}: a message lost on the way to reader {self._name}")
-        loop = asyncio.get_running_loop()
-        try:
-            msgs = await self._puller.fetch(batch, wait=timeout)
-        except PullError as e:  # its consumer deleted, its pull refused: this reader is done
-            raise ReaderLostError(f"{self._stream}: reader {self._name}: {e}") from e
-        if not msgs:
-            self._idle_since = self._idle_since or loop.time()
-            if loop.time() - self._idle_since >= _READER_CHECK_EVERY:
-                self._idle_since = loop.time()
-                try:
-                    await self._bus.js.consumer_info(self._stream, self._name, timeout=2.0)
-                except NotFoundError as e:
-                    raise ReaderLostError(f"{self._stream}: reader {self._name} is gone") from e
-                except Exception as e:
-                    if not is_transient(e):
-                        raise
-            return []
-        self._idle_since = None
-        out = []
-        for m in msgs:
-            if consumer_sequence(m) != self._expected:
-                self._gap = True  # never past a gap: what came before it is handed over first
-                break
-            self._expected += 1
-            out.append(_message(m))
-        if not out:
-            raise ReaderLostError(f"{self._stream}: a message lost on the way to reader {self._name}")
-        return out
-
-    @_ported
-    async def close(self) -> None:
-        await self._puller.stop()
-        with contextlib.suppress(Exception):
-            await self._bus.nc.publish(consumer_delete_subject(self._stream, self._name), b"")
-
-
-class _NatsDelivery:
-    def __init__(self, msg: Any) -> None:
-        self._msg = msg
-        self.subject, self.data = msg.subject, msg.data
-        self.seq = msg.metadata.sequence.stream
-        self.delivered = msg.metadata.num_delivered
-        self.headers = dict(msg.headers or {}) or None
-        self.stamp = _stamp(msg)
-
-    @property
-    def msg_id(self) -> str | None:
-        return (self.headers or {}).get("Nats-Msg-Id")
-
-    @_ported
-    async def ack(self) -> None:
-        """Acknowledged and confirmed (elections and reconnects waited out, ``ack_stored``)."""
-        await ack_stored(self._msg, f"acknowledging message {self.seq}")
-
-    @_ported
-    async def nak(self, delay: float = 0.0) -> None:
-        await self._msg.nak(delay=delay or None)
-
-    @_ported
-    async def in_progress(self) -> None:
-        await self._msg.in_progress()
-
-    @_ported
-    async def term(self) -> None:
-        await self._msg.term()
-
-
-class _NatsQueue:
-    def __init__(self, puller: Puller) -> None:
-        self._puller = puller
-
-    @_ported
-    async def fetch(self, batch: int, timeout: float) -> list[Delivery]:
-        return [_NatsDelivery(m) for m in await self._puller.fetch(batch, wait=max(timeout, 0.01))]
-
-    @_ported
-    async def close(self, *, nak: bool = True) -> None:
-        await self._puller.stop(nak=nak)
-
-
-class _NatsKeyValue:
-    def __init__(self, kv: Any, nc: NATS | None = None, bucket: str = "", js: Any = None) -> None:
-        self._kv, self._nc, self._bucket, self._js = kv, nc, bucket, js
-
-    @_ported
-    async def get(self, key: str) -> Entry | None:
-        try:
-            e = await self._kv.get(key)
-        except KeyNotFoundError:
-            return None
-        return Entry(key, e.value or b"", e.revision or 0)
-
-    @_ported
-    async def put(self, key: str, value: bytes) -> int:
-        return int(await self._kv.put(key, value))
-
-    @_ported
-    async def create(self, key: str, value: bytes) -> int:
-        try:
-            return int(await self._kv.create(key, value))
-        except (KeyWrongLastSequenceError, KeyNotFoundError) as e:
-            # refused; nats-py then reads the key back, which a node that has not applied the
-            # other writer's create yet answers with "not found": it exists all the same
-            raise KeyExistsError(f"key {key} exists") from e
-
-    @_ported
-    async def update(self, key: str, value: bytes, last: int) -> int:
-        try:
-            return int(await self._kv.update(key, value, last=last))
-        except KeyWrongLastSequenceError as e:
-            raise RevisionMismatchError(f"key {key}: revision {last} is not the last one") from e
-
-    @_ported
-    async def delete(self, key: str, *, last: int | None = None) -> None:
-        if last is None:
-            with contextlib.suppress(KeyNotFoundError):
-                await self._kv.purge(key)  # every revision: a deleted value must not stay in history
-            return
-        # a purge (every revision gone) only while ``last`` is the key's last revision
-        headers = {
-            "KV-Operation": "PURGE",
-            "Nats-Rollup": "sub",
-            "Nats-Expected-Last-Subject-Sequence": str(last),
-        }
-        try:
-            await self._js.publish(kv_subject(self._bucket, key), b"", headers=headers)
-        except APIError as e:
-            if e.err_code in (10071, 10164):
-                raise RevisionMismatchError(f"key {key}: revision {last} is not the last one") from e
-            raise
-
-    @_ported
-    async def purge(self, pattern: str) -> None:
-        await self._js.purge_stream(f"KV_{self._bucket}", subject=kv_subject(self._bucket, pattern))
-
-    @_ported
-    async def ttl(self) -> float | None:
-        info = await self._js.stream_info(f"KV_{self._bucket}")
-        return info.config.max_age or None
-
-    @_ported
-    async def put_nowait(self, key: str, value: bytes) -> None:
-        # a KV put is a publish to $KV.<bucket>.<key>; without a reply nobody waits for it
-        assert self._nc is not None
-        await self._nc.publish(kv_subject(self._bucket, key), value)
-
-    @_ported
-    async def keys(self, prefix: str = "") -> list[str]:
-        try:
-            keys = await self._kv.keys()
-        except Exception as e:  # nats-py raises NoKeysError for an empty bucket
-            if type(e).__name__ == "NoKeysError":
-                return []
-            raise
-        return sorted(k for k in keys if k.startswith(prefix))
-
-
-class _NatsObjects:
-    def __init__(self, store: Any) -> None:
-        self._store = store
-
-    @_ported
-    async def put(self, name: str, data: bytes) -> None:
-        await self._store.put(name, data)
-
-    @_ported
-    async def get(self, name: str) -> bytes | None:
-        buf = io.BytesIO()  # writeinto: nats-py's plain get is quadratic in the object's size
-        try:
-            await self._store.get(name, writeinto=buf)
-        except (ObjectNotFoundError, NotFoundError):
-            return None
-        return buf.getvalue()
