@@ -14,70 +14,33 @@ from typing import Any
 from noetl.dsl.cache import digest_of, parse_playbook
 from noetl.dsl.errors import (
     CredentialScopeError,
-    ExecutionFinishedError,
     ForbiddenError,
-    NoSuchEntityError,
     PlaybookInvalidError,
     RequestInvalidError,
-    reply_error,
 )
-from noetl.dsl.names import (
-    execution_id_problem,
-    request_id_problem,
-    schedule_name_problem,
-    signal_name_problem,
-)
-from noetl.engine.endings import ending
 from noetl.events import subjects as s
 from noetl.events import tracing
-from noetl.events import vocabulary as vocab
 from noetl.events.clock import utc_now
 from noetl.events.envelope import (
-    EntityType,
-    EventName,
-    Status,
     WireError,
     decode_event,
     dumps,
-    loads,
     make_event,
 )
 from noetl.events.ids import derive_id, execution_id_for
 from noetl.events.port import Bus, store_all
+from noetl.server.requests_checks import MAX_PAYLOAD_DEPTH, MAX_REQUEST_BYTES, MAX_SIGNALS
+from noetl.server.requests_outside import OutsideRequests
 from noetl.store.catalog import MAX_MESSAGE_BYTES, Catalog
 from noetl.store.credentials import scope_allows
 from noetl.store.principals import Principal, namespace_of
 
 log = logging.getLogger("noetl.server")
 
-# below NATS's own 1 MiB message limit, so the limit is ours to report, with a reason
-MAX_REQUEST_BYTES = 512 * 1024
-# signals one execution may receive: each one waits in its queue until a step takes it, and the
-# queue lives in the engine's state, so an unbounded stream of them grows every snapshot
-MAX_SIGNALS = 10_000
-# far deeper than any real input; deep enough nesting exhausts Python's recursion in every walk
-MAX_PAYLOAD_DEPTH = 64
+__all__ = ["MAX_PAYLOAD_DEPTH", "MAX_REQUEST_BYTES", "MAX_SIGNALS", "RequestHandler"]
 
 
-def _depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH + 1) -> int:
-    """Nesting depth of JSON ``value``, counted without recursion and only up to ``limit``."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        v, d = stack.pop()
-        if isinstance(v, dict | list) and d <= limit:
-            deepest = max(deepest, d)
-            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
-    return deepest
-
-
-def _principal_name(req: dict[str, Any]) -> str:
-    """Who sent a cancel, signal, pause or resume: the principal the API or NATS service vouched
-    for, else ``nats`` (a client of ``noetl.requests.*`` itself, whom NATS's permissions admit)."""
-    name = req.get("principal")
-    return name[:100] if isinstance(name, str) and name else "nats"
-
-
-class RequestHandler:
+class RequestHandler(OutsideRequests):
     def __init__(self, bus: Bus, catalog: Catalog, credentials: Any, partitions: int = 1) -> None:
         self.bus = bus
         self.catalog = catalog
@@ -103,6 +66,11 @@ class RequestHandler:
         Without one the request came over ``noetl.requests.execute``, whose publishers NATS's
         permissions vouch for (workers starting children); even there a schedule's fields are the
         scheduler's alone (``scheduled``, in this process).
+
+        Longer than 60 lines on purpose: the checks run in one fixed order (parse, reserved
+        fields, duplicate, namespace before the catalog is read, playbook, keychain scope, wire
+        check) and each may end the request with its own answer; read top to bottom it is the
+        protocol, and each step's helper is in ``noetl.server.requests_checks``.
         """
         began = time.time_ns() if tracing.enabled() else 0
         try:
@@ -239,293 +207,4 @@ class RequestHandler:
             )
         return {"execution_id": execution_id}
 
-    @staticmethod
-    def _forbidden(principal: Principal, namespace: str, execution_id: str) -> dict[str, Any] | None:
-        """The refusal of a request in a namespace the principal may not write; nothing is
-        recorded for it (the namespace is not the caller's to fill with failed executions)."""
-        if principal.may("write", namespace):
-            return None
-        err = ForbiddenError(
-            f"principal {principal.name!r} ({principal.role}) may not start executions "
-            f"in namespace {namespace!r}"
-        )
-        log.warning("request for %s refused: %s", execution_id, err.message)
-        return {"error": err.to_dict()}
 
-    @staticmethod
-    def _check_reserved(
-        req: dict[str, Any], msg_id: str | None, principal: Principal | None, scheduled: bool, forked: bool
-    ) -> None:
-        """The fields whose value is the server's or a worker's word, refused from anyone else:
-        a ``schedule.<name>.<due>`` request id would squat a schedule's next fire, and ``schedule``
-        or ``parent_*`` would list an execution under a schedule or a parent it has nothing to do
-        with."""
-        if scheduled:
-            return
-        request_id = str(req.get("request_id") or msg_id or "")
-        if request_id.startswith("schedule.") or req.get("schedule") is not None:
-            raise RequestInvalidError(
-                "request ids `schedule.*` and the field `schedule` are the scheduler's: leave them out"
-            )
-        if principal is not None:
-            reserved = ("parent_execution_id", "parent_iter", "execution_id") + (() if forked else ("fork",))
-            # `fork` names the execution it continues and carries its ctx: only a rerun the server
-            # prepared after checking the caller against that execution sets it
-            taken = sorted(k for k in reserved if k in req)
-            if taken:
-                raise RequestInvalidError(
-                    f"request {'fields' if len(taken) > 1 else 'field'} {', '.join(taken)}: set by the "
-                    "server and workers only; leave it out"
-                )
-
-    async def _principal_of(self, execution_id: str) -> Principal | None:
-        """The principal recorded with an execution's request (None: it was requested without)."""
-        subject = s.execution_event_filter(execution_id, "playbook.execution.requested")
-        msg = await self.bus.last(s.EVENTS_STREAM, subject)
-        if msg is None:
-            return None
-        return Principal.from_grant((loads(msg.data).get("payload") or {}).get("principal"))
-
-    async def _already_requested(self, execution_id: str) -> bool:
-        """The same request id runs once, also after JetStream's duplicate window has passed."""
-        return await self._partition_of_recorded(execution_id) is not None
-
-    async def _partition_of_recorded(self, execution_id: str) -> int | None:
-        """The partition an execution was recorded in (its request event's subject), or None."""
-        subject = s.execution_event_filter(execution_id, "playbook.execution.requested")
-        msg = await self.bus.last(s.EVENTS_STREAM, subject)
-        return s.parse_event_subject(msg.subject)[0] if msg is not None and msg.subject else None
-
-    async def cancel(self, data: bytes) -> dict[str, Any]:
-        """Record a cancel request as an engine input; the engine decides what it stops."""
-        try:
-            req = loads(data)
-            execution_id = req["execution_id"]
-        except (ValueError, KeyError, TypeError):
-            log.warning('cancel request ignored: it needs {"execution_id": ...}')
-            return reply_error(RequestInvalidError("cancel needs execution_id"))
-        if problem := execution_id_problem(execution_id):
-            log.warning("cancel request ignored: %s", problem)
-            return reply_error(RequestInvalidError(f"cancel: {problem}"))
-        # the execution's own partition, whatever the count was when it started
-        partition = await self._partition_of_recorded(execution_id)
-        if partition is None:  # a cancel must not make a phantom execution appear
-            log.warning("cancel request ignored: no execution %s", execution_id)
-            return reply_error(NoSuchEntityError(f"no execution {execution_id}"))
-        event = make_event(
-            event_id=derive_id("cancel", execution_id),
-            execution_id=execution_id,
-            timestamp=utc_now(),
-            source="server",
-            name="execution.cancel.requested",
-            entity_type="workflow",
-            entity_id=execution_id,
-            status="in_progress",
-            payload={
-                "reason": str(req.get("reason") or "cancelled by request"),
-                "principal": _principal_name(req),
-            },
-        )
-        subject = s.event_subject(partition, execution_id, event["name"])
-        await store_all(self.bus, [(subject, dumps(event), event["event_id"])])
-        return {"execution_id": execution_id, "cancel": "requested"}
-
-    async def outside(self, subject: str, data: bytes, msg_id: str | None = None) -> dict[str, Any]:
-        """Record a signal, pause or resume (SEMANTICS §17) as an engine input of its execution.
-        The body is ``{execution_id, request_id, signal?, data?, reason?}``; ``request_id`` (or the
-        message id) names this one request, so a repeated publish is recorded once."""
-        what = subject.rsplit(".", 1)[-1]
-        try:
-            req = loads(data)
-            execution_id = req["execution_id"]
-        except (ValueError, KeyError, TypeError):
-            return reply_error(RequestInvalidError(f'{what} needs {{"execution_id": ...}}'))
-        if problem := execution_id_problem(execution_id):
-            return reply_error(RequestInvalidError(f"{what}: {problem}"))
-        request_id = str(req.get("request_id") or msg_id or derive_id(what, data.decode(errors="replace")))
-        if problem := request_id_problem(request_id):
-            return reply_error(RequestInvalidError(f"{what}: {problem}"))
-        payload: dict[str, Any] = {"request_id": request_id, "principal": _principal_name(req)}
-        if what == "signal":
-            if problem := signal_name_problem(req.get("signal")):
-                return reply_error(RequestInvalidError(problem))
-            payload.update(signal=req["signal"], data=req.get("data"))
-        elif req.get("reason") is not None:
-            payload["reason"] = str(req["reason"])[:500]
-        partition = await self._partition_of_recorded(execution_id)
-        if partition is None:
-            log.warning("%s ignored: no execution %s", what, execution_id)
-            return reply_error(NoSuchEntityError(f"no execution {execution_id}"))
-        if await self._finished(execution_id):
-            return reply_error(
-                ExecutionFinishedError(f"execution {execution_id} has finished: there is nothing to {what}")
-            )
-        if what == "signal":
-            received = s.execution_event_filter(execution_id, vocab.SIGNAL_RECEIVED)
-            if len(await self.bus.read(s.EVENTS_STREAM, [received])) >= MAX_SIGNALS:
-                return reply_error(RequestInvalidError(
-                    f"execution {execution_id} has received {MAX_SIGNALS} signals, the most one execution "
-                    "takes: its queue would grow without bound"
-                ))
-        names: dict[str, EventName] = {"signal": vocab.SIGNAL_RECEIVED, "pause": vocab.PAUSE_REQUESTED}
-        name = names.get(what, vocab.RESUME_REQUESTED)
-        event = make_event(
-            event_id=derive_id(what, execution_id, request_id),
-            execution_id=execution_id,
-            timestamp=utc_now(),
-            source="server",
-            name=name,
-            entity_type="workflow",
-            entity_id=execution_id,
-            status="in_progress",
-            payload=payload,
-        )
-        subject = s.event_subject(partition, execution_id, name)
-        await store_all(self.bus, [(subject, dumps(event), event["event_id"])])
-        return {"execution_id": execution_id, what: "recorded", "request_id": request_id}
-
-    async def _finished(self, execution_id: str) -> bool:
-        finished = s.execution_event_filter(execution_id, "workflow.finished")
-        return await self.bus.last(s.EVENTS_STREAM, finished) is not None
-
-    async def reject_unrecordable(self, data: bytes, msg_id: str | None, cause: BaseException) -> None:
-        """A request that failed for no reason of NATS's (a bug, input nothing foresaw) ends in
-        ``workflow.finished`` all the same when its sender gave an id, rather than vanishing."""
-        known = self._known_id(data, msg_id)
-        if known is None or request_id_problem(known):
-            return
-        execution_id = execution_id_for(known)
-        err = RequestInvalidError(
-            f"the server could not record this request ({type(cause).__name__}: {str(cause)[:200]}); "
-            "check the request against docs/nats-contract.md and report the message if it is valid"
-        )
-        await self._reject(execution_id, s.partition_of(execution_id, self.partitions), err.to_dict(), {})
-
-    @staticmethod
-    def _known_id(data: bytes, msg_id: str | None) -> str | None:
-        """The request id of a rejected request, when the sender gave one: it may be waiting."""
-        if len(data) <= MAX_REQUEST_BYTES:
-            try:
-                req = loads(data)
-                if isinstance(req, dict) and isinstance(rid := req.get("request_id"), str):
-                    return rid
-            except ValueError:
-                pass
-        return msg_id
-
-    def _parse(self, data: bytes) -> dict[str, Any]:
-        if len(data) > MAX_REQUEST_BYTES:
-            raise RequestInvalidError(
-                f"request is {len(data)} bytes; the limit is {MAX_REQUEST_BYTES}: register a large "
-                "playbook with `noetl catalog register FILE` and request it by `path`, and pass large "
-                "inputs by reference (a table, a file, an object) rather than in `payload`"
-            )
-        try:
-            req = loads(data)
-        except ValueError as e:
-            raise RequestInvalidError(
-                f'request is not JSON: {e}; send {{"path": ..., "payload": {{...}}}}'
-            ) from e
-        if not isinstance(req, dict):
-            raise RequestInvalidError("request must be a JSON object with path or playbook, and payload")
-        unknown = set(req) - {
-            "request_id",
-            "execution_id",
-            "path",
-            "version",
-            "playbook",
-            "payload",
-            "parent_execution_id",
-            "parent_iter",
-            "trace_id",
-            "schedule",
-            "fork",
-        }
-        if unknown:
-            raise RequestInvalidError(f"unknown request fields: {', '.join(sorted(unknown))}")
-        if not req.get("path") and not req.get("playbook"):
-            raise RequestInvalidError("request needs `path` (a catalog playbook) or `playbook` (inline YAML)")
-        if req.get("payload") is not None and not isinstance(req["payload"], dict):
-            raise RequestInvalidError("request `payload` must be a JSON object")
-        if req.get("parent_iter") is not None and not isinstance(req["parent_iter"], dict):
-            raise RequestInvalidError(
-                "request `parent_iter` must be a JSON object: the calling loop iteration's `iter` "
-                "(the `playbook` tool sets it; leave it out otherwise)"
-            )
-        fork = req.get("fork")
-        if fork is not None and (
-            not isinstance(fork, dict)
-            or execution_id_problem(fork.get("from_execution_id"))
-            or not isinstance(fork.get("runs"), list)
-        ):
-            # written by a rerun (noetl.server.rerun), never by hand
-            raise RequestInvalidError(
-                "request `fork` must be {from_execution_id, runs, ctx} as `noetl rerun` writes it: "
-                "use noetl rerun ID or POST /api/executions/{id}/rerun"
-            )
-        for key, problem in (
-            ("request_id", request_id_problem),
-            ("execution_id", execution_id_problem),
-            ("parent_execution_id", execution_id_problem),
-            ("schedule", schedule_name_problem),
-        ):
-            if req.get(key) is not None and (msg := problem(req[key])):
-                raise RequestInvalidError(f"request `{key}`: {msg}")
-        trace = req.get("trace_id")
-        if trace is not None and (not isinstance(trace, str) or not 0 < len(trace) <= 128):
-            # an event whose trace id is not a string is refused where the server reads its inputs:
-            # accepted here, the execution would never have been decided
-            raise RequestInvalidError("request `trace_id` must be a string of 1 to 128 characters")
-        if req.get("path") is not None and not isinstance(req["path"], str):
-            raise RequestInvalidError("request `path` must be a string (a catalog path, e.g. examples/hello)")
-        if req.get("version") is not None and (
-            isinstance(req["version"], bool) or not isinstance(req["version"], str | int)
-        ):
-            raise RequestInvalidError("request `version` must be a string or a whole number")
-        if _depth(req.get("payload")) > MAX_PAYLOAD_DEPTH:
-            raise RequestInvalidError(
-                f"request `payload` nests deeper than {MAX_PAYLOAD_DEPTH} levels; flatten it or pass the "
-                "data by reference (a table, a file, an object)"
-            )
-        return req
-
-    async def _playbook_text(self, req: dict[str, Any]) -> tuple[str, str]:
-        if req.get("playbook"):
-            if not isinstance(req["playbook"], str):
-                raise RequestInvalidError("request `playbook` must be the playbook's YAML text")
-            return req["playbook"], "<request>"
-        path, version = str(req["path"]), req.get("version")
-        text = await self.catalog.get(path, version)
-        if text is None:
-            raise RequestInvalidError(
-                f"no playbook {path!r}{' version ' + str(version) if version else ''} in the catalog; "
-                "register it with `noetl catalog register FILE`"
-            )
-        return text, f"catalog:{path}"
-
-    async def _reject(
-        self, execution_id: str, partition: int, error: dict[str, Any], req: dict[str, Any]
-    ) -> None:
-        """A rejected request still ends in ``workflow.finished``, so a waiting client learns why."""
-        log.warning("request for %s rejected: %s", execution_id, error.get("message"))
-        msgs = []
-        # the namespace of what was asked for, so its readers (and only they) can see why it failed
-        where = {"namespace": namespace_of(str(req["path"]))} if isinstance(req.get("path"), str) else {}
-        closing: list[tuple[EventName, EntityType, Status, dict[str, Any]]] = [
-            (vocab.REQUEST_EVALUATED, "playbook", "error", {"error": error, **where})
-        ]
-        for name, entity_type, status, payload in closing + ending("failed", error=error):
-            ev = make_event(
-                event_id=derive_id("rejected", execution_id, name),
-                execution_id=execution_id,
-                timestamp=utc_now(),
-                source="server",
-                name=name,
-                entity_type=entity_type,
-                entity_id=execution_id,
-                status=status,
-                payload=payload,
-                parent_execution_id=req.get("parent_execution_id"),
-            )
-            msgs.append((s.event_subject(partition, execution_id, name), dumps(ev), ev["event_id"]))
-        await store_all(self.bus, msgs)
