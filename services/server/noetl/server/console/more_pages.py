@@ -22,8 +22,8 @@ from noetl.events.bus import read_execution_events
 from noetl.server.api.context import ctx_of, guard_execution, principal_of
 from noetl.server.api.queries import list_executions, valid_execution_id
 from noetl.server.console.fold import duration_ms, fold
-from noetl.server.console.pages import _forbidden, form_data, same_origin
 from noetl.server.console.render import page
+from noetl.server.console.signin import _forbidden, form_data, same_origin
 from noetl.server.rerun import Rerun, prepare_rerun, start_rerun
 from noetl.store.audit import record_action
 from noetl.store.principals import namespace_of

@@ -14,35 +14,31 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from noetl.client.run import cancel as request_cancel
-from noetl.client.run import pause as request_pause
-from noetl.client.run import resume as request_resume
-from noetl.client.run import signal as request_signal
-from noetl.dsl.errors import PlaybookInvalidError, RequestInvalidError, reply_error
+from noetl.dsl.errors import PlaybookInvalidError
 from noetl.dsl.validate import load_playbook
 from noetl.events.bus import read_execution_events
 from noetl.events.envelope import Event
 from noetl.events.runtime import list_runtime
-from noetl.server.api.auth import SESSION_COOKIE, session_value
-from noetl.server.api.context import ctx_of, guard_execution, principal_of, read_body
+from noetl.server.api.context import ctx_of, guard_execution, principal_of
 from noetl.server.api.follow import follow_events
 from noetl.server.api.queries import list_executions, signal_refusal, stall_of, valid_execution_id
+from noetl.server.console.actions import _BY, _REFUSED, _WAIT_ACTIONS, ACTIONS, Action, actions_for
+from noetl.server.console.catalog_pages import catalog_page, playbook_page, start_execution
 from noetl.server.console.fold import ExecutionView, duration_ms, fold
 from noetl.server.console.graph import Graph, layout
 from noetl.server.console.render import STATIC, page, render
+from noetl.server.console.signin import _forbidden, form_data, login, login_post, logout, same_origin
 from noetl.server.lineage import children_of, reruns_of
-from noetl.store.principals import namespace_of
 
 STATUSES = ("running", "success", "failed", "cancelled")
 PAGE_SIZE = 50
@@ -51,197 +47,7 @@ _GRAPHS: dict[str, Graph | None] = {}  # by playbook digest: a digest's text nev
 _MAX_GRAPHS = 256
 
 
-@dataclass(frozen=True)
-class Action:
-    """A control on the execution page (cancel, pause, resume, signal); the page shows whichever
-    apply to the execution's status. ``fields`` are what its form posts besides the request id
-    (a signal needs a name and its data; the buttons post nothing)."""
-
-    name: str
-    label: str
-    shown_when: frozenset[str]
-    confirm: str
-    run: Callable[[Any, str, dict[str, str]], Awaitable[dict[str, Any] | None]]
-    fields: tuple[str, ...] = ()
-
-
-_BY = "\0principal"  # the form key an action's caller rides under: no browser field can be named so
-
-
-async def _cancel(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
-    return await request_cancel(bus, execution_id, "cancelled from the console", principal=form.get(_BY))
-
-
-async def _outside(out: dict[str, Any]) -> dict[str, Any] | None:
-    """None (the page's 404) for an execution that does not exist; a refusal otherwise is kept, so
-    the page can say why (a signal's bad name or data)."""
-    return None if (out.get("error") or {}).get("kind") == "not_found" else out
-
-
-async def _pause(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
-    out = await request_pause(bus, execution_id, "paused from the console", principal=form.get(_BY))
-    return await _outside(out)
-
-
-async def _resume(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
-    return await _outside(await request_resume(bus, execution_id, principal=form.get(_BY)))
-
-
-async def _signal(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
-    """The signal form: its data is JSON (empty sends none); the request id the page was rendered
-    with makes a double click one signal, not a second one queued for the next wait."""
-    text = (form.get("data") or "").strip()
-    try:
-        data = json.loads(text) if text else None
-    except ValueError as e:
-        return reply_error(RequestInvalidError(f"the signal's data is not JSON: {e}"))
-    name = (form.get("signal") or "").strip()
-    return await _outside(
-        await request_signal(
-            bus, execution_id, name, data, form.get("request_id") or None, principal=form.get(_BY)
-        )
-    )
-
-
-async def _answer(bus: Any, execution_id: str, form: dict[str, str], approved: bool) -> dict[str, Any] | None:
-    """Approve / Reject: the signal the step waits for, with ``{"approved": ..., "by": ...}``;
-    ``by`` is the signed-in principal (the page sets it, never the form)."""
-    name = (form.get("signal") or "").strip()
-    by = form.get(_BY) or "anonymous"
-    data = {"approved": approved, "by": by}
-    request_id = form.get("request_id") or None
-    out = await request_signal(bus, execution_id, name, data, request_id, principal=form.get(_BY))
-    return await _outside(out)
-
-
-async def _approve(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
-    return await _answer(bus, execution_id, form, True)
-
-
-async def _reject(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
-    return await _answer(bus, execution_id, form, False)
-
-
-ACTIONS: dict[str, Action] = {
-    "pause": Action(
-        "pause", "Pause", frozenset({"running"}), "Pause: schedule nothing new until resumed?", _pause
-    ),
-    "resume": Action("resume", "Resume", frozenset({"running"}), "Resume this execution?", _resume),
-    "cancel": Action("cancel", "Cancel", frozenset({"running"}), "Cancel this execution?", _cancel),
-    "signal": Action(
-        "signal", "Send signal", frozenset({"running"}), "Send this signal?", _signal, ("signal", "data")
-    ),
-    "approve": Action("approve", "Approve", frozenset({"running"}), "Approve?", _approve, ("signal",)),
-    "reject": Action("reject", "Reject", frozenset({"running"}), "Reject?", _reject, ("signal",)),
-}
-_WAIT_ACTIONS = ("signal", "approve", "reject")  # shown only while a step run waits for a signal
-# what the page says when an action is refused, by error kind (as the API answers)
-_REFUSED = {"request_invalid": 400, "execution_finished": 409, "signal_not_awaited": 409}
-
-
-def actions_for(view: ExecutionView) -> list[Action]:
-    if view.finished_at is not None:
-        return []
-    return [
-        a
-        for a in ACTIONS.values()
-        if view.status in a.shown_when
-        and not (a.name in ("cancel", *_WAIT_ACTIONS) and view.cancel_requested)
-        and not (a.name in _WAIT_ACTIONS and not view.waiting)
-        and not (a.name == "pause" and (view.paused or view.cancel_requested))
-        and not (a.name == "resume" and not view.paused)
-    ]
-
-
-def same_origin(request: Request) -> bool:
-    """A state-changing post must come from a page of this server (browsers send ``Origin`` on
-    every post; ``Sec-Fetch-Site`` covers the rest)."""
-    origin = request.headers.get("origin")
-    if origin:
-        return urlsplit(origin).netloc == request.headers.get("host", "")
-    return request.headers.get("sec-fetch-site", "same-origin") in ("same-origin", "none")
-
-
-async def form_data(request: Request) -> dict[str, str]:
-    """An urlencoded form without python-multipart (the only encoding these forms use)."""
-    raw = await read_body(request, 256 * 1024)
-    return {k: v[-1] for k, v in parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True).items()}
-
-
-def _safe_next(target: str | None) -> str:
-    """Only a console path: a login link must not be able to send the browser elsewhere."""
-    if target and target.startswith("/ui") and not target.startswith("//") and "\\" not in target:
-        return target
-    return "/ui/executions"
-
-
-def _forbidden() -> Response:
-    return Response("cross-site request refused", status_code=403, media_type="text/plain")
-
-
 # --- login ---------------------------------------------------------------------------------
-
-
-def _token_of(ctx: Any, presented: str) -> str | None:
-    """``presented`` when it is a principal's token (compared in constant time), else None."""
-    if presented and ctx.principals.required and ctx.principals.identify(presented) is not None:
-        return presented
-    return None
-
-
-async def _signed_in(request: Request, token: str, target: str) -> Response:
-    ctx = ctx_of(request)
-    principal = ctx.principals.identify(token)
-    generation = await ctx.sessions.get(principal.name) if principal is not None else 0
-    response = RedirectResponse(_safe_next(target), status_code=303)
-    response.set_cookie(
-        SESSION_COOKIE,
-        session_value(token, generation),
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-        path="/ui",
-    )
-    return response
-
-
-async def login(request: Request) -> Response:
-    ctx = ctx_of(request)
-    target = request.query_params.get("next")
-    if not ctx.principals.required:  # no principal configured: the console is as open as the API
-        return RedirectResponse(_safe_next(target), status_code=303)
-    presented = request.query_params.get("token")
-    if presented:  # a link printed by `noetl run --ui`; the redirect drops the token from the address
-        token = _token_of(ctx, presented)
-        if token:
-            return await _signed_in(request, token, target or "/ui/executions")
-        return page(request, "login.html", 401, next=_safe_next(target), failed=True)
-    return page(request, "login.html", next=_safe_next(target), failed=False)
-
-
-async def login_post(request: Request) -> Response:
-    ctx = ctx_of(request)
-    if not same_origin(request):
-        return _forbidden()
-    form = await form_data(request)
-    target = form.get("next")
-    token = _token_of(ctx, form.get("token", "").strip())
-    if not token:
-        return page(request, "login.html", 401, next=_safe_next(target), failed=True)
-    return await _signed_in(request, token, target or "/ui/executions")
-
-
-async def logout(request: Request) -> Response:
-    """Signs the principal out everywhere: its session generation goes up, so this cookie, and any
-    copy of it, opens nothing any more (on every replica: the generation is in KV)."""
-    if not same_origin(request):
-        return _forbidden()
-    principal = principal_of(request)
-    if ctx_of(request).principals.required and principal.name != "anonymous":
-        await ctx_of(request).sessions.bump(principal.name)
-    response = RedirectResponse("/ui/login", status_code=303)
-    response.delete_cookie(SESSION_COOKIE, path="/ui", httponly=True, samesite="strict")
-    return response
 
 
 # --- executions ----------------------------------------------------------------------------
@@ -484,145 +290,6 @@ async def execution_action(request: Request) -> Response:
 
 
 # --- catalog -------------------------------------------------------------------------------
-
-
-async def catalog_page(request: Request) -> Response:
-    principal = principal_of(request)
-    entries = [
-        e for e in await ctx_of(request).catalog.list() if principal.may("read", namespace_of(e["path"]))
-    ]
-    by_path: dict[str, dict[str, Any]] = {}
-    for e in entries:
-        item = by_path.setdefault(e["path"], {"path": e["path"], "name": e.get("name"), "versions": []})
-        if e.get("version"):
-            item["versions"].append(e["version"])
-        item["digest"] = e.get("digest")
-    return page(request, "catalog.html", playbooks=list(by_path.values()), nav="catalog")
-
-
-async def playbook_page(
-    request: Request, *, error: str | None = None, form: dict[str, str] | None = None, status_code: int = 200
-) -> Response:
-    ctx = ctx_of(request)
-    path = request.path_params.get("path") or (form or {}).get("path", "")
-    version = request.query_params.get("version") or (form or {}).get("version") or None
-    principal = principal_of(request)
-    readable = principal.may("read", namespace_of(path))
-    text = await ctx.catalog.get(path, version) if readable else None
-    if text is None:
-        return page(
-            request, "missing.html", 404, what=f"playbook {path}" + (f" version {version}" if version else "")
-        )
-    try:
-        playbook = load_playbook(text, path)
-        graph: Graph | None = layout(playbook)
-        workload = playbook.workload
-        description = playbook.metadata.description
-    except PlaybookInvalidError:
-        graph, workload, description = None, {}, None
-    versions = [e.get("version") for e in await ctx.catalog.list() if e["path"] == path and e.get("version")]
-    # the path filter takes a prefix: `job` also finds `jobs/...`, which may be another namespace's
-    recent = (
-        await list_executions(
-            ctx.bus, path=path, limit=10, visible=lambda namespace: principal.may("read", namespace)
-        )
-    )["executions"]
-    return page(
-        request,
-        "playbook.html",
-        status_code,
-        path=path,
-        version=version,
-        versions=versions,
-        text=text,
-        graph=graph,
-        workload=workload,
-        fields=workload_fields(workload if isinstance(workload, dict) else {}),
-        typed={k[2:]: v for k, v in (form or {}).items() if k.startswith("w:")},
-        description=description,
-        recent=recent,
-        error=error,
-        payload=(form or {}).get("payload", "{}"),
-        request_id=uuid.uuid4().hex,
-        nav="catalog",
-    )
-
-
-def workload_fields(workload: dict[str, Any]) -> list[dict[str, Any]]:
-    """The start form's typed fields (issue 31): one per top-level workload key, typed from its
-    default (a number, a yes/no, a text; a list or mapping as JSON), the raw JSON payload staying
-    the fallback for anything else."""
-    out = []
-    for key, value in workload.items():
-        if isinstance(value, bool):
-            kind, text = "bool", "true" if value else "false"
-        elif isinstance(value, int):
-            kind, text = "int", str(value)
-        elif isinstance(value, float):
-            kind, text = "float", repr(value)
-        elif isinstance(value, str):
-            kind, text = "str", value
-        else:
-            kind, text = "json", json.dumps(value)
-        out.append({"key": str(key), "kind": kind, "value": text})
-    return out
-
-
-def _typed_payload(form: dict[str, str]) -> dict[str, Any]:
-    """The typed fields' values (``w:KEY`` with its type in ``t:KEY``); ValueError names a field
-    whose text is not of its type."""
-    out: dict[str, Any] = {}
-    for name, text in form.items():
-        if not name.startswith("w:"):
-            continue
-        key, kind = name[2:], form.get("t:" + name[2:], "str")
-        try:
-            if kind == "int":
-                out[key] = int(text)
-            elif kind == "float":
-                out[key] = float(text)
-            elif kind == "bool":
-                out[key] = text == "true"
-            elif kind == "json":
-                out[key] = json.loads(text)
-            else:
-                out[key] = text
-        except ValueError:
-            raise ValueError(f"field {key!r} needs a {kind} value, not {text!r}") from None
-    return out
-
-
-async def start_execution(request: Request) -> Response:
-    if not same_origin(request):
-        return _forbidden()
-    form = await form_data(request)
-    try:
-        typed = _typed_payload(form)
-    except ValueError as e:
-        return await playbook_page(request, error=str(e), form=form, status_code=400)
-    try:
-        payload = json.loads(form.get("payload") or "{}")
-    except ValueError as e:
-        return await playbook_page(request, error=f"the payload is not JSON: {e}", form=form, status_code=400)
-    if not isinstance(payload, dict):
-        return await playbook_page(
-            request, error="the payload must be a JSON object", form=form, status_code=400
-        )
-    payload = {**typed, **payload}  # the raw JSON is the fallback: what it names wins
-    body: dict[str, Any] = {"path": form.get("path", ""), "payload": payload}
-    if form.get("version"):
-        body["version"] = form["version"]
-    request_id = form.get("request_id") or uuid.uuid4().hex  # a double-clicked button starts one execution
-    body["request_id"] = request_id
-    reply = await ctx_of(request).requests.handle(
-        json.dumps(body).encode(), request_id, principal=principal_of(request)
-    )
-    if reply.get("error") and not reply.get("execution_id"):
-        err = reply["error"]
-        return await playbook_page(
-            request, error=f"{err.get('kind')}: {err.get('message')}", form=form, status_code=400
-        )
-    return RedirectResponse(f"/ui/executions/{reply['execution_id']}", status_code=303)
 
 
 # --- workers -------------------------------------------------------------------------------
