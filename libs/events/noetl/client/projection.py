@@ -1,0 +1,256 @@
+"""The read side: an execution's events folded into one typed view (``ExecutionView``): its status,
+step runs with their tasks, loops and iterations, the signals it waits for and whether it is
+paused, errors, result and ctx, and lineage (the fork it came from; reruns and children are set
+by whoever reads those). The console draws it (``noetl.server.console``); other readings are
+meant to become renderers over it (docs/architecture.md, "The projection").
+
+The view keeps nothing of its own, so a page shows the same thing on any server replica and after
+a restart. This fold is deliberately forgiving: it never raises on an event it does not know or
+one that arrives out of the expected order (a worker's events can land after the server's
+reaction to them), because a view that fails on one odd event hides everything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from noetl.client.execution_view import (
+    ExecutionView,
+    LoopProgress,
+    StepRun,
+    TaskRun,
+    Wait,
+    duration_ms,
+    format_ms,
+    parse_ts,
+)
+from noetl.client.iterations import STOP_KINDS
+from noetl.client.view import waiting_for
+from noetl.events.vocabulary import EventName
+
+_TERMINAL = {"step.done": "done", "loop.done": "done", "step.failed": "failed"}
+# a run that has not ended: running, or waiting for its signal (SEMANTICS §17)
+_OPEN = ("running", "waiting")
+
+
+@dataclass
+class _Fold:
+    """A fold in progress: the view, and the runs and tasks by id that later events refer to."""
+
+    view: ExecutionView
+    by_id: dict[str, StepRun] = field(default_factory=dict)
+    tasks: dict[str, TaskRun] = field(default_factory=dict)
+
+    def run(self, ev: Mapping[str, Any]) -> StepRun:
+        rid = str(ev.get("step_run_id") or "")
+        run = self.by_id.get(rid)
+        if run is None:  # a step that failed before it was scheduled, or an event read out of order
+            run = self.by_id[rid] = StepRun(str(ev.get("entity_id")), rid, started=ev.get("timestamp"))
+            self.view.runs.append(run)
+        return run
+
+
+Payload = dict[str, Any]
+
+
+def _dict_or_none(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
+def _requested(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    view = f.view
+    view.requested_at = ev.get("timestamp")
+    view.path, view.version = payload.get("path"), payload.get("version")
+    view.playbook = ev.get("entity_id") or view.path
+    view.parent_execution_id = ev.get("parent_execution_id")
+    view.payload = payload.get("payload")
+    view.schedule = payload.get("schedule") if isinstance(payload.get("schedule"), str) else None
+
+
+def _waiting(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    run = f.run(ev)
+    run.args = payload.get("args")
+    if run.status == "running":
+        run.status = "waiting"
+
+
+def _scheduled(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    run = f.run(ev)
+    run.args = payload.get("args")
+    if run.status == "waiting":  # its signal came: the run starts now
+        run.status = "running"
+    if ev.get("name") == "step.skipped":
+        run.status, run.ended = "skipped", ev.get("timestamp")
+
+
+def _started(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    run = f.run(ev)
+    run.worker = payload.get("worker") or run.worker
+
+
+def _loop_started(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    f.run(ev).loop = LoopProgress(total=payload.get("total"), mode=payload.get("mode"))
+
+
+def _iteration(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    run = f.run(ev)
+    run.loop = run.loop or LoopProgress()
+    index = payload.get("index")
+    error = _dict_or_none(payload.get("error")) or {}
+    if isinstance(index, int) and ev.get("name") == "loop.iteration.done":
+        run.loop.done.add(index)
+    elif isinstance(index, int):
+        (run.loop.stopped if error.get("kind") in STOP_KINDS else run.loop.failed).add(index)
+    run.worker = payload.get("worker") or run.worker
+
+
+def _terminal(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    run = f.run(ev)
+    if run.status in _OPEN:
+        run.status, run.ended = _TERMINAL[str(ev.get("name"))], ev.get("timestamp")
+        run.result = payload.get("result")
+        run.error = _dict_or_none(payload.get("error"))
+        run.worker = payload.get("worker") or run.worker
+    if "total" in payload and ("done" in payload or "failed" in payload):
+        run.loop = run.loop or LoopProgress()
+        run.loop.total = payload.get("total")
+        run.loop.final = (int(payload.get("done") or 0), int(payload.get("failed") or 0))
+
+
+def _task_started(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    run = f.run(ev)
+    task = TaskRun(
+        str(payload.get("task") or ev.get("entity_id")),
+        kind=payload.get("kind"),
+        attempt=payload.get("attempt"),
+        started=ev.get("timestamp"),
+        index=payload.get("index") if isinstance(payload.get("index"), int) else None,
+    )
+    f.tasks[str(ev.get("task_run_id"))] = task
+    run.tasks.append(task)
+
+
+def _task_done(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    run = f.run(ev)
+    task = f.tasks.get(str(ev.get("task_run_id")))
+    if task is None:
+        task = f.tasks[str(ev.get("task_run_id"))] = TaskRun(str(payload.get("task") or ev.get("entity_id")))
+        run.tasks.append(task)
+    outcome = _dict_or_none(payload.get("outcome")) or {}
+    meta = _dict_or_none(outcome.get("meta")) or {}
+    task.status = str(outcome.get("status") or ev.get("status") or "done")
+    task.ended, task.result = ev.get("timestamp"), outcome.get("result")
+    task.error = _dict_or_none(outcome.get("error"))
+    task.attempt = task.attempt or meta.get("attempt")
+    task.duration_ms = meta.get("duration_ms") if isinstance(meta.get("duration_ms"), int | float) else None
+    child = _dict_or_none(outcome.get("child")) or {}
+    if isinstance(child.get("execution_id"), str):
+        task.child = child["execution_id"]
+    printed = payload.get("output")
+    if isinstance(printed, str):
+        task.output = printed
+    elif printed is not None:  # large: stored by reference in the results bucket
+        task.output = f"(large output stored by reference: noetl logs {ev.get('execution_id')})"
+
+
+def _arcs(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    for fired in payload.get("fired") or []:
+        if isinstance(fired, dict) and isinstance(fired.get("arc"), int):
+            f.view.arcs[(str(ev.get("entity_id")), fired["arc"])] += 1
+
+
+def _forked(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    f.view.forked = payload
+
+
+def _cancel(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    f.view.cancel_requested = str(payload.get("reason") or "cancel requested")
+
+
+def _pause(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    f.view.paused = ev.get("name") == "execution.paused"
+
+
+def _finished(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    view = f.view
+    view.status = str(payload.get("status") or "failed")
+    view.finished_at = ev.get("timestamp")
+    view.result, view.ctx = payload.get("result"), payload.get("ctx")
+    view.error = _dict_or_none(payload.get("error"))
+
+
+def _processed(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    f.view.finished = True
+
+
+# what each event does to the view; any other event only counts (keys checked against the
+# vocabulary by ``_checked``)
+_ON: dict[str, Callable[[_Fold, Mapping[str, Any], Payload], None]] = {
+    "playbook.execution.requested": _requested,
+    "step.waiting": _waiting,
+    "step.scheduled": _scheduled,
+    "step.skipped": _scheduled,
+    "step.started": _started,
+    "loop.started": _loop_started,
+    "loop.iteration.done": _iteration,
+    "loop.iteration.failed": _iteration,
+    "step.done": _terminal,
+    "loop.done": _terminal,
+    "step.failed": _terminal,
+    "task.started": _task_started,
+    "task.done": _task_done,
+    "next.evaluated": _arcs,
+    "execution.forked": _forked,
+    "execution.cancel.requested": _cancel,
+    "execution.paused": _pause,
+    "execution.resumed": _pause,
+    "workflow.finished": _finished,
+    "playbook.processed": _processed,
+}
+
+
+_checked: tuple[EventName, ...] = (
+    "playbook.execution.requested", "step.waiting", "step.scheduled", "step.skipped", "step.started",
+    "loop.started", "loop.iteration.done", "loop.iteration.failed", "step.done", "loop.done",
+    "step.failed", "task.started", "task.done", "next.evaluated", "execution.forked",
+    "execution.cancel.requested", "execution.paused", "execution.resumed", "workflow.finished",
+    "playbook.processed",
+)
+assert set(_checked) == set(_ON), "the fold's table and its checked names differ"
+
+
+__all__ = [
+    "ExecutionView",
+    "LoopProgress",
+    "StepRun",
+    "TaskRun",
+    "Wait",
+    "duration_ms",
+    "fold",
+    "format_ms",
+    "parse_ts",
+]
+
+
+def fold(execution_id: str, events: Sequence[Mapping[str, Any]]) -> ExecutionView:
+    """The view of an execution from its events, in log order (``_ON`` says what each does)."""
+    f = _Fold(ExecutionView(execution_id))
+    view = f.view
+    for ev in events:
+        view.events += 1
+        view.last_at = ev.get("timestamp") or view.last_at
+        handler = _ON.get(str(ev.get("name")))
+        if handler is not None:
+            handler(f, ev, raw if isinstance(raw := ev.get("payload"), dict) else {})
+    if view.finished_at is not None:  # runs the execution left behind (cancelled, failed) stop here
+        for run in view.runs:
+            if run.status in _OPEN:
+                run.status, run.ended = "stopped", view.finished_at
+    view.waiting = [
+        Wait(str(w["step"]), str(w["step_run_id"]), str(w["signal"]), w.get("since"), w.get("timeout_s"))
+        for w in waiting_for(events)["signals"]
+        if w.get("step") and w.get("signal")
+    ]
+    return view
