@@ -27,7 +27,6 @@ from noetl.client.execution_view import (
     parse_ts,
 )
 from noetl.client.iterations import STOP_KINDS
-from noetl.client.view import waiting_for
 from noetl.events.vocabulary import EventName
 
 _TERMINAL = {"step.done": "done", "loop.done": "done", "step.failed": "failed"}
@@ -42,6 +41,10 @@ class _Fold:
     view: ExecutionView
     by_id: dict[str, StepRun] = field(default_factory=dict)
     tasks: dict[str, TaskRun] = field(default_factory=dict)
+    # step run id -> the signal it waits for (SEMANTICS §17), as ``waiting_for`` reports it
+    waits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ended: bool = False  # workflow.finished seen: waits and pauses are over
+    paused: bool = False  # as of workflow.finished, when it came
 
     def run(self, ev: Mapping[str, Any]) -> StepRun:
         rid = str(ev.get("step_run_id") or "")
@@ -70,6 +73,15 @@ def _requested(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
 
 
 def _waiting(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    rid = ev.get("step_run_id")
+    if rid and not f.ended:
+        f.waits[rid] = {
+            "step": ev.get("entity_id"),
+            "step_run_id": rid,
+            "signal": payload.get("signal"),
+            "since": ev.get("timestamp"),
+            "timeout_s": payload.get("timeout_s"),
+        }
     run = f.run(ev)
     run.args = payload.get("args")
     if run.status == "running":
@@ -77,6 +89,8 @@ def _waiting(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
 
 
 def _scheduled(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    if ev.get("name") == "step.scheduled" and ev.get("step_run_id"):
+        f.waits.pop(ev["step_run_id"], None)
     run = f.run(ev)
     run.args = payload.get("args")
     if run.status == "waiting":  # its signal came: the run starts now
@@ -107,6 +121,8 @@ def _iteration(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
 
 
 def _terminal(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    if ev.get("name") == "step.failed" and ev.get("step_run_id"):
+        f.waits.pop(ev["step_run_id"], None)
     run = f.run(ev)
     if run.status in _OPEN:
         run.status, run.ended = _TERMINAL[str(ev.get("name"))], ev.get("timestamp")
@@ -171,9 +187,13 @@ def _cancel(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
 
 def _pause(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
     f.view.paused = ev.get("name") == "execution.paused"
+    if not f.ended:
+        f.paused = f.view.paused
 
 
 def _finished(f: _Fold, ev: Mapping[str, Any], payload: Payload) -> None:
+    f.ended = True
+    f.waits.clear()
     view = f.view
     view.status = str(payload.get("status") or "failed")
     view.finished_at = ev.get("timestamp")
@@ -236,6 +256,19 @@ __all__ = [
 
 def fold(execution_id: str, events: Sequence[Mapping[str, Any]]) -> ExecutionView:
     """The view of an execution from its events, in log order (``_ON`` says what each does)."""
+    return _folded(execution_id, events).view
+
+
+def waiting_for(events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a running execution waits for (SEMANTICS §17): the signals its step runs await, and
+    whether it is paused; a renderer over the fold (``noetl.client.view.waiting_for``)."""
+    f = _folded("", events)
+    if f.ended:
+        return {"signals": [], "paused": False}
+    return {"signals": list(f.waits.values()), "paused": f.paused}
+
+
+def _folded(execution_id: str, events: Sequence[Mapping[str, Any]]) -> _Fold:
     f = _Fold(ExecutionView(execution_id))
     view = f.view
     for ev in events:
@@ -250,7 +283,7 @@ def fold(execution_id: str, events: Sequence[Mapping[str, Any]]) -> ExecutionVie
                 run.status, run.ended = "stopped", view.finished_at
     view.waiting = [
         Wait(str(w["step"]), str(w["step_run_id"]), str(w["signal"]), w.get("since"), w.get("timeout_s"))
-        for w in waiting_for(events)["signals"]
+        for w in f.waits.values()
         if w.get("step") and w.get("signal")
     ]
-    return view
+    return f

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from noetl.client import projection
 from noetl.events.vocabulary import EventName
 
 _STEP_STATUS = {"step.done": "done", "loop.done": "done", "step.failed": "failed"}
@@ -48,25 +49,5 @@ def execution_output(execution_id: str, events: Sequence[Mapping[str, Any]]) -> 
 
 def waiting_for(events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """What a running execution waits for (SEMANTICS §17): the signals its step runs await, and
-    whether it is paused. From the events alone, as every view here."""
-    waiting: dict[str, dict[str, Any]] = {}
-    paused = False
-    for ev in events:
-        name: EventName | None = ev.get("name")  # so each name compared below is checked
-        rid = ev.get("step_run_id")
-        if name == "step.waiting" and rid:
-            p = raw if isinstance(raw := ev.get("payload"), dict) else {}
-            waiting[rid] = {
-                "step": ev.get("entity_id"),
-                "step_run_id": rid,
-                "signal": p.get("signal"),
-                "since": ev.get("timestamp"),
-                "timeout_s": p.get("timeout_s"),
-            }
-        elif name in ("step.scheduled", "step.failed") and rid:
-            waiting.pop(rid, None)
-        elif name in ("execution.paused", "execution.resumed"):
-            paused = name == "execution.paused"
-        elif name == "workflow.finished":
-            return {"signals": [], "paused": False}
-    return {"signals": list(waiting.values()), "paused": paused}
+    whether it is paused. Rendered from the read-side projection (``noetl.client.projection``)."""
+    return projection.waiting_for(events)
