@@ -1,0 +1,142 @@
+"""The single-node half of issue 25's fault matrix: a paused process (a GC pause, CPU starvation,
+a VM stall: SIGSTOP, then SIGCONT) never stops the system for good.
+
+One nats-server with a file store, ``noetl server`` and ``noetl worker`` subprocesses at the
+defaults users get: the lease TTL is 6 s (no NOETL_LEASE_TTL), the ack wait 30 s (no
+NOETL_ACK_WAIT). Each execution runs a parallel loop whose every iteration POSTs one record to a
+local recorder. Every case asserts that every execution succeeded with the right result, every
+record arrived exactly once, the log holds one terminal event per run and no command is left,
+and prints one ``FAULT-MATRIX`` line (tests/cluster/harness.py ``run_case``).
+
+- an idle server paused for 0.8x, 1x, 2x and 5x the lease TTL, then executions are submitted
+  (issue 25: 0.8x left every partition without a reader, its leases still renewed);
+- the same pauses while executions run their loops;
+- the only worker paused beyond the commands' ack wait while it runs commands: they are
+  delivered again when it wakes up, to the worker still running (or done with) them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from noetl.events import subjects as s
+from noetl.server.leases import DEFAULT_TTL
+from tests.cluster.harness import Case, Fault, Load, Recorder, Services, run_case
+from tests.faults.harness import Cluster
+
+pytestmark = pytest.mark.slow
+
+FACTORS = (0.8, 1.0, 2.0, 5.0)  # pause lengths, in lease TTLs
+ACK_WAIT = 30.0  # the worker's default NOETL_ACK_WAIT (noetl.worker.service.ACK_WAIT)
+WORKER_PAUSE = ACK_WAIT + 10  # beyond the ack wait: every held command is delivered again
+IDLE = Load(executions=32, iterations=5, max_in_flight=5)  # 32 executions: all 8 partitions, very likely
+BUSY = Load(executions=10, iterations=100, max_in_flight=20)
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    r = Recorder()
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+@pytest.fixture
+def services(cluster: Cluster) -> Iterator[Services]:
+    """Services at the defaults users get on one nats-server (R1, lease TTL 6 s, ack wait 30 s)."""
+    svc = Services(cluster.url, ack_wait=None, lease_ttl=None, replicas=1)
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+def pause(kind: str, seconds: float, *, settle: float = 0.0) -> Fault:
+    """SIGSTOP the first ``kind`` process for ``seconds``, SIGCONT it, then wait ``settle`` s
+    (recovery is measured from the SIGCONT)."""
+
+    async def fault(case: Case) -> None:
+        victim = case.services.alive(kind)[0]
+        case.note(f"SIGSTOP {kind} pid {victim.pid} for {seconds:g} s")
+        victim.send_signal(signal.SIGSTOP)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            victim.send_signal(signal.SIGCONT)
+        case.ended()
+        case.note(f"SIGCONT {kind} pid {victim.pid}")
+        await asyncio.sleep(settle)
+
+    return fault
+
+
+@pytest.mark.parametrize("factor", FACTORS)
+async def test_idle_server_paused(
+    factor: float, cluster: Cluster, services: Services, recorder: Recorder
+) -> None:
+    """Pauses: the idle server (after one execution) for ``factor`` x the lease TTL; right after
+    the SIGCONT 32 executions are submitted (all 8 partitions, very likely): all succeed."""
+    seconds = factor * DEFAULT_TTL
+    result = await run_case(
+        f"idle-server-sigstop-{factor:g}xTTL-{seconds:g}s",
+        cluster,
+        services,
+        recorder,
+        pause("server", seconds),
+        load=IDLE,
+        servers=1,
+        workers=1,
+        trigger=None,
+    )
+    assert result.ok, f"{result.message()}\n\n{services.output(tail=2000)}"
+
+
+@pytest.mark.parametrize("factor", FACTORS)
+async def test_busy_server_paused(
+    factor: float, cluster: Cluster, services: Services, recorder: Recorder
+) -> None:
+    """Pauses: the server for ``factor`` x the lease TTL while 10 executions run a 100-iteration
+    parallel loop (after a fifth of the POSTs): all succeed, every record once."""
+    seconds = factor * DEFAULT_TTL
+    result = await run_case(
+        f"busy-server-sigstop-{factor:g}xTTL-{seconds:g}s",
+        cluster,
+        services,
+        recorder,
+        pause("server", seconds),
+        load=BUSY,
+        servers=1,
+        workers=2,
+    )
+    assert result.ok, f"{result.message()}\n\n{services.output(tail=2000)}"
+
+
+async def test_worker_paused_beyond_the_ack_wait(
+    cluster: Cluster, services: Services, recorder: Recorder
+) -> None:
+    """Pauses: the only worker for 40 s (ack wait 30 s, the default) while it holds commands in
+    the middle of their POSTs (the recorder answers after 0.3 s); JetStream delivers them again
+    when it wakes up. Every execution succeeds and every record arrives exactly once: the
+    worker must not run a command again that it runs or has run."""
+    result = await run_case(
+        f"worker-sigstop-{WORKER_PAUSE:g}s-beyond-ack-wait-{ACK_WAIT:g}s",
+        cluster,
+        services,
+        recorder,
+        pause("worker", WORKER_PAUSE),
+        load=Load(executions=10, iterations=40, max_in_flight=20, delay=0.3),
+        servers=1,
+        workers=1,
+        stall=WORKER_PAUSE + 20,
+    )
+    assert result.ok, f"{result.message()}\n\n{services.output(tail=2000)}"
+
+
+def test_the_pause_lengths_follow_the_default_ttl() -> None:
+    """The matrix pauses around the default TTL; if it changes, the cases move with it."""
+    assert DEFAULT_TTL == 6.0 and s.DEFAULT_PARTITIONS == 8
