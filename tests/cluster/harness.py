@@ -988,10 +988,11 @@ def terminal_events_per_run(events: Iterable[dict[str, Any]]) -> Counter[tuple[s
 # the workload of the guarantee tests
 
 
-def recorder_loop_playbook(iterations: int = 30, max_in_flight: int = 10) -> str:
+def recorder_loop_playbook(iterations: int = 30, max_in_flight: int = 10, read_timeout: float = 30) -> str:
     """A parallel loop whose every iteration POSTs ``{execution, i}`` to ``workload.recorder``
     (an external side effect) and then yields ``i``; a last step totals the iterations.
-    Result: ``{"n": iterations, "s": sum(range(iterations))}``."""
+    Result: ``{"n": iterations, "s": sum(range(iterations))}``. ``read_timeout`` is the POST's
+    own time-out, counted on the worker's clock (a worker paused longer fails the task)."""
     return f"""
 apiVersion: noetl.io/v2
 kind: Playbook
@@ -1010,7 +1011,7 @@ workflow:
         url: "{{{{ workload.recorder }}}}"
         json: {{execution: "{{{{ execution_id }}}}", i: "{{{{ iter.i }}}}"}}
         spec:
-          timeout: {{connect: 5, read: 30}}
+          timeout: {{connect: 5, read: {read_timeout:g}}}
       - name: value
         kind: noop
         result: "{{{{ iter.i }}}}"
@@ -1037,6 +1038,7 @@ class Load:
     iterations: int = 100
     max_in_flight: int = 20
     delay: float = 0.0  # s the recorder takes to answer each POST
+    read_timeout: float = 30.0  # s the POST waits for its answer, on the worker's clock
 
     @property
     def posts(self) -> int:
@@ -1184,7 +1186,7 @@ async def run_case(
             services.server()
         for _ in range(workers):
             services.worker(concurrency=concurrency)
-        playbook = recorder_loop_playbook(load.iterations, load.max_in_flight)
+        playbook = recorder_loop_playbook(load.iterations, load.max_in_flight, load.read_timeout)
         warm = await submit(nc, recorder_loop_playbook(1, 1), payload={"recorder": recorder.url})
         _, unfinished = await finish_all(nc, [warm], 60)
         if unfinished:

@@ -148,13 +148,19 @@ FAULTS: dict[str, Fault] = {
 # the cases
 
 
+# the rolling restart takes ~25 s: POSTs answered after 0.3 s make the load (~100 POSTs/s on 2
+# workers x 16) outlast it, so every node, server and worker goes while executions run
+LOADS: dict[str, Load] = {"rolling-restart-nodes-servers-workers": Load(delay=0.3)}
+
+
 @pytest.mark.parametrize("fault", list(FAULTS))
 async def test_fault_matrix(
     fault: str, proxied_cluster: NatsCluster, default_services: Services, recorder: Recorder
 ) -> None:
     """One fault at 50 executions x 100 iterations: every execution succeeds, every record once,
     0 commands left (see the module doc)."""
-    result = await run_case(fault, proxied_cluster, default_services, recorder, FAULTS[fault])
+    load = LOADS.get(fault, Load())
+    result = await run_case(fault, proxied_cluster, default_services, recorder, FAULTS[fault], load=load)
     assert result.ok, f"{result.message()}\n\n{default_services.output(tail=2000)}"
 
 

@@ -122,14 +122,20 @@ async def test_worker_paused_beyond_the_ack_wait(
     """Pauses: the only worker for 40 s (ack wait 30 s, the default) while it holds commands in
     the middle of their POSTs (the recorder answers after 0.3 s); JetStream delivers them again
     when it wakes up. Every execution succeeds and every record arrives exactly once: the
-    worker must not run a command again that it runs or has run."""
+    worker must not run a command again that it runs or has run.
+
+    The POSTs' own read time-out is longer than the pause: a tool's time-out counts on the
+    worker's clock, so a POST paused mid-way for 40 s with the default 30 s time-out fails its
+    task (``kind: timeout``) when the worker wakes up, as a 40 s slow answer would (seen: 1 of
+    10 executions failed that way). That is the time-out doing its job, not what this case is
+    about: redelivery."""
     result = await run_case(
         f"worker-sigstop-{WORKER_PAUSE:g}s-beyond-ack-wait-{ACK_WAIT:g}s",
         cluster,
         services,
         recorder,
         pause("worker", WORKER_PAUSE),
-        load=Load(executions=10, iterations=40, max_in_flight=20, delay=0.3),
+        load=Load(executions=10, iterations=40, max_in_flight=20, delay=0.3, read_timeout=WORKER_PAUSE * 3),
         servers=1,
         workers=1,
         stall=WORKER_PAUSE + 20,
