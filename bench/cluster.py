@@ -149,7 +149,7 @@ class Cluster:
         try:
             if self.nats_urls is None:
                 self.nats = NatsServer().start()
-            urls = self.nats_urls or [self.nats.url]  # type: ignore[union-attr]
+            urls = self.nats_urls or [self.nats.url]
             self._url = ",".join(urls)
             self.nc = await connect(urls, name="noetl-bench")
             # once, so the services do not race to create

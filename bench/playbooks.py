@@ -45,7 +45,7 @@ def loop(iterations: int, *, parallel: bool, max_in_flight: int = 64) -> str:
         "tool": [{"name": "a", "kind": "noop", "result": "{{ iter.item }}"}, {"name": "b", "kind": "noop"}],
     }
     if spec:
-        body["loop"]["spec"] = spec  # type: ignore[index]
+        body["loop"]["spec"] = spec
     mode = "par" if parallel else "seq"
     return _dump(
         {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up, then runs lint, the whole test suite and the conformance suite.
+# Sets up, then runs lint, the type checker, the whole test suite and the conformance suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh test,helm
@@ -9,6 +9,8 @@ if command -v pg_ctlcluster >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start || true
 fi
 .venv/bin/ruff check .
+.venv/bin/mypy                      # [tool.mypy] in pyproject.toml: files, strictness, exceptions
+.venv/bin/python scripts/any_count.py   # functions with Any in their signature, per package (a report)
 status=0
 .venv/bin/python -m pytest -q -p no:cacheprovider || status=$?
 CONFORMANCE=${CONFORMANCE:-../shared/conformance/run.py}

@@ -196,7 +196,8 @@ def test_noetl_run_ui_serves_the_console_of_the_embedded_run(browser: Any, tmp_p
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stderr is not None
-        link, lines = None, []
+        link: str | None = None
+        lines: list[str] = []
         deadline = time.monotonic() + 60
         while link is None or "stays up" not in lines[-1]:
             line = proc.stderr.readline()

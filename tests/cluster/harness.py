@@ -805,7 +805,7 @@ async def client(
     waits until each has a leader (a just-created R3 stream answers nothing for a moment)."""
     from noetl.events.bus import connect
 
-    nc = await connect(_url_list(urls), name=name, ping_interval=1, max_outstanding_pings=2)  # type: ignore[arg-type]
+    nc = await connect(_url_list(urls), name=name, ping_interval=1, max_outstanding_pings=2)
     if ensure_replicas:
         from noetl.events.streams import ensure_all
 

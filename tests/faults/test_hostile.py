@@ -189,7 +189,7 @@ async def test_newer_and_malformed_commands_and_events_are_refused_not_misread(s
     newer["schema_version"] = 99
     await js.publish(s.event_subject(0, "3" * 32, "step.done"), dumps(newer))
     await js.publish(s.command_subject(s.DEFAULT_POOL), b'{"command_id": 7}')
-    future = {"command_id": "c", "execution_id": "4" * 32, "step": "x", "step_run_id": "r"}
+    future: dict[str, object] = {"command_id": "c", "execution_id": "4" * 32, "step": "x", "step_run_id": "r"}
     future["schema_version"] = 99
     await js.publish(s.command_subject(s.DEFAULT_POOL), dumps(future))
     await still_works(system)

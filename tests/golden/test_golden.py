@@ -14,16 +14,17 @@ from typing import Any
 import pytest
 
 from noetl.engine import fold, replay
+from noetl.events.envelope import Event
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = sorted(HERE.glob("*.json"))
 
 
-def _load(path: Path) -> list[dict[str, Any]]:
-    return json.loads(path.read_text())  # type: ignore[no-any-return]
+def _load(path: Path) -> list[Event]:
+    return json.loads(path.read_text())
 
 
-def _decision(e: dict[str, Any]) -> tuple[Any, ...]:
+def _decision(e: Event) -> tuple[Any, ...]:
     return (
         e["event_id"],
         e["name"],

@@ -14,7 +14,7 @@ from noetl.client.run import run_and_wait
 from tests.service.test_replay import ROUTE
 
 
-async def test_graph_of_an_execution(nc, nats_server, services, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+async def test_graph_of_an_execution(nc, nats_server, services, tmp_path: Path, capsys) -> None:
     out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
     f = tmp_path / "route.yaml"
     f.write_text(ROUTE)
@@ -38,7 +38,7 @@ def _case(d: Path, name: str, playbook: str, expect: str) -> None:
     (d / f"{name}.expect.yaml").write_text(textwrap.dedent(expect).lstrip())
 
 
-async def test_noetl_test_runs_cases_and_reports_coverage(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+async def test_noetl_test_runs_cases_and_reports_coverage(tmp_path: Path, capsys) -> None:
     _case(
         tmp_path,
         "route",
@@ -93,7 +93,7 @@ def _graph_args(file: Path | None, execution: str, url: str) -> argparse.Namespa
                               nats_url=url, out=None)
 
 
-async def test_graph_refuses_a_file_that_is_not_the_executions_playbook(  # type: ignore[no-untyped-def]
+async def test_graph_refuses_a_file_that_is_not_the_executions_playbook(
     nc, nats_server, services, tmp_path: Path, capsys
 ) -> None:
     out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
@@ -115,7 +115,7 @@ async def test_graph_refuses_a_file_that_is_not_the_executions_playbook(  # type
     assert await graph(_graph_args(same, out["execution_id"], nats_server.url)) == 0
 
 
-async def test_graph_without_file_draws_the_catalog_playbook_the_execution_ran(  # type: ignore[no-untyped-def]
+async def test_graph_without_file_draws_the_catalog_playbook_the_execution_ran(
     nc, nats_server, services, tmp_path: Path, capsys
 ) -> None:
     from noetl.store.catalog import Catalog
@@ -141,6 +141,6 @@ async def test_graph_without_file_draws_the_catalog_playbook_the_execution_ran( 
     assert capsys.readouterr().out.startswith("flowchart TD\n")
 
 
-async def test_graph_needs_a_file_or_an_execution(capsys) -> None:  # type: ignore[no-untyped-def]
+async def test_graph_needs_a_file_or_an_execution(capsys) -> None:
     assert await graph(_graph_args(None, "", "nats://127.0.0.1:1")) == 2
     assert "give a playbook FILE, or --execution ID" in capsys.readouterr().err

@@ -62,7 +62,7 @@ workflow:
 
 
 @pytest.fixture
-async def stack(nc) -> AsyncIterator[dict[str, Any]]:  # type: ignore[no-untyped-def]
+async def stack(nc) -> AsyncIterator[dict[str, Any]]:
     creds = await CredentialStore.open(nc.jetstream(), generate_key())
     server, worker = Server(nc, credentials=creds), Worker(nc, concurrency=4, credentials=creds)
     await server.start()
@@ -96,7 +96,7 @@ async def sse_events(http: httpx.AsyncClient, execution_id: str, **headers: str)
     return out
 
 
-async def test_start_follow_inspect_and_list(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_start_follow_inspect_and_list(stack) -> None:
     http = stack["http"]
     r = await http.post("/api/executions", json={"playbook": CHAIN, "payload": {"n": 21}})
     assert r.status_code == 202, r.text
@@ -136,7 +136,7 @@ async def test_start_follow_inspect_and_list(stack) -> None:  # type: ignore[no-
     assert eid not in {e["execution_id"] for e in running}
 
 
-async def test_request_id_makes_a_retried_post_idempotent(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_request_id_makes_a_retried_post_idempotent(stack) -> None:
     http, rid = stack["http"], uuid.uuid4().hex
     a = (await http.post("/api/executions", json={"playbook": CHAIN, "request_id": rid})).json()
     b = (await http.post("/api/executions", json={"playbook": CHAIN, "request_id": rid})).json()
@@ -146,7 +146,7 @@ async def test_request_id_makes_a_retried_post_idempotent(stack) -> None:  # typ
     await sse_events(http, c["execution_id"])
 
 
-async def test_invalid_requests_are_400_and_invalid_playbooks_422(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_invalid_requests_are_400_and_invalid_playbooks_422(stack) -> None:
     http = stack["http"]
     r = await http.post("/api/executions", content=b"{not json")
     assert r.status_code == 400 and r.json()["error"]["kind"] == "request_invalid"
@@ -165,7 +165,7 @@ async def test_invalid_requests_are_400_and_invalid_playbooks_422(stack) -> None
     assert (await http.post("/api/catalog", content=huge)).status_code == 413
 
 
-async def test_catalog_register_list_show_and_run_by_path(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_catalog_register_list_show_and_run_by_path(stack) -> None:
     http = stack["http"]
     yaml_text = CHAIN.replace("tests/api/chain", "tests/api/cat")
     r = await http.post("/api/catalog", content=yaml_text, headers={"Content-Type": "application/yaml"})
@@ -189,7 +189,7 @@ async def test_catalog_register_list_show_and_run_by_path(stack) -> None:  # typ
     assert (await http.get(f"/api/executions/{eid}")).json()["result"] == 8
 
 
-async def test_cancel_stops_a_running_execution(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_cancel_stops_a_running_execution(stack) -> None:
     http = stack["http"]
     eid = (await http.post("/api/executions", json={"playbook": SLOW})).json()["execution_id"]
     hdrs = {"Accept": "text/event-stream"}
@@ -210,7 +210,7 @@ async def test_cancel_stops_a_running_execution(stack) -> None:  # type: ignore[
     assert eid in {e["execution_id"] for e in listed}
 
 
-async def test_auth_401_without_token_and_probes_open(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_auth_401_without_token_and_probes_open(stack) -> None:
     url = stack["api"].url
     async with httpx.AsyncClient(base_url=url, timeout=10) as anon:
         for method, path in (("GET", "/api/executions"), ("POST", "/api/catalog"), ("GET", "/api/runtime")):
@@ -238,7 +238,7 @@ async def audit_records(nc: Any) -> list[dict[str, Any]]:
     return [r for _, r in await read_messages(nc.jetstream(), AUDIT_STREAM, [CREDENTIALS_AUDIT_SUBJECT])]
 
 
-async def test_credentials_api_with_audit(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_credentials_api_with_audit(stack) -> None:
     http, nc = stack["http"], stack["nc"]
     admin = {"Authorization": f"Bearer {ADMIN}"}
     name, secret = f"pg-{uuid.uuid4().hex[:8]}", "s3cr3t-" + uuid.uuid4().hex
@@ -292,7 +292,7 @@ workflow:
 """
 
 
-async def test_a_credential_is_used_only_within_its_scope(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_a_credential_is_used_only_within_its_scope(stack) -> None:
     """Before: any inline playbook could declare any credential and return it reversed."""
     http, nc = stack["http"], stack["nc"]
     admin = {"Authorization": f"Bearer {ADMIN}"}
@@ -326,7 +326,7 @@ async def test_a_credential_is_used_only_within_its_scope(stack) -> None:  # typ
     assert len(uses) == 1 and uses[0]["outcome"] == "granted" and uses[0]["who"].startswith("worker:"), uses
 
 
-async def test_runtime_lists_live_processes(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_runtime_lists_live_processes(stack) -> None:
     http, nc = stack["http"], stack["nc"]
     reg = RuntimeRegistrar(
         nc.jetstream(), "worker", lambda: {"pool": "api-test", "concurrency": 3, "running": 1}
@@ -350,7 +350,7 @@ def metric(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-async def test_metrics_count_executions_durations_and_queues(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_metrics_count_executions_durations_and_queues(stack) -> None:
     http = stack["http"]
     async with httpx.AsyncClient(base_url=stack["api"].url, timeout=10) as anon:
         eid = (await http.post("/api/executions", json={"playbook": CHAIN})).json()["execution_id"]

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from noetl.events import subjects as s
+from noetl.events.envelope import Event
 from noetl.events.memory import MemoryBus
 from noetl.events.nats_port import NatsBus
 from noetl.events.streams import ensure_all
@@ -77,13 +78,20 @@ async def test_request_event_gets_its_text_by_digest(bus: Any) -> None:
     text = playbook(f"tests/catalog-{uuid.uuid4().hex[:8]}", 14_000)
     entry = await catalog.register(text, "big.yaml")
     digest = entry["digest"]
-    by_digest = {"name": "playbook.execution.requested", "execution_id": "e1", "payload": {"digest": digest}}
+    # partial events: the catalog reads name and payload
+    by_digest = cast(
+        Event, {"name": "playbook.execution.requested", "execution_id": "e1", "payload": {"digest": digest}}
+    )
     assert (await catalog.with_playbook_text(by_digest))["payload"] == {"digest": digest, "playbook": text}
-    inline = {"name": "playbook.execution.requested", "payload": {"digest": "d", "playbook": "inline"}}
-    other = {"name": "step.done", "payload": {}}
+    inline = cast(
+        Event, {"name": "playbook.execution.requested", "payload": {"digest": "d", "playbook": "inline"}}
+    )
+    other = cast(Event, {"name": "step.done", "payload": {}})
     assert await catalog.with_playbook_text(inline) is inline
     assert await catalog.with_playbook_text(other) is other
-    lost = {"name": "playbook.execution.requested", "execution_id": "e2", "payload": {"digest": "0" * 64}}
+    lost = cast(
+        Event, {"name": "playbook.execution.requested", "execution_id": "e2", "payload": {"digest": "0" * 64}}
+    )
     with pytest.raises(LookupError, match="execution e2 is not in the catalog"):
         await catalog.with_playbook_text(lost)
 

@@ -162,7 +162,7 @@ def test_noetl_run_invalid_exits_2(tmp_path: Path) -> None:
     assert p.returncode == 2 and "vars" in p.stderr
 
 
-async def test_checkpoints_are_written_sparingly_and_catch_up_when_idle(nc, services) -> None:  # type: ignore[no-untyped-def]
+async def test_checkpoints_are_written_sparingly_and_catch_up_when_idle(nc, services) -> None:
     """A sequential chain is one input per batch; the checkpoint is not written after every one."""
     import asyncio
 
@@ -205,7 +205,7 @@ workflow:
 """
 
 
-async def test_a_noop_iteration_writes_few_event_bytes(nc, services) -> None:  # type: ignore[no-untyped-def]
+async def test_a_noop_iteration_writes_few_event_bytes(nc, services) -> None:
     """Issue 20: a 1 000 000-item loop wrote ~2 KB of events per iteration. Counted here on the
     stream itself: the JetStream bytes of one execution's events per iteration, all included
     (envelope, subject, headers), and the JSON bytes of each per-iteration event."""

@@ -4,15 +4,18 @@ no overlap in validity, and overlapping deciders that still produce one decision
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections import Counter
 from typing import Any
+
+import pytest
 
 from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
 from noetl.events.bus import connect, read_execution_events
 from noetl.host.natsserver import NatsServer
-from noetl.server.leases import PartitionLeases
+from noetl.server.leases import DEFAULT_TTL, PartitionLeases
 from noetl.server.service import Server
 from noetl.worker.service import Worker
 
@@ -192,3 +195,54 @@ async def test_the_bucket_ttl_is_the_one_every_replica_trusts(fresh_nats: NatsSe
         for pl in others.values():
             await pl.crash()
         await nc.close()
+
+
+# 0.92 TTL (5.5 s) right after a renewal: past the lease's validity (TTL - margin, 5.1 s), before
+# the bucket expires the key (6 s): the window in which the loops ended and nothing restarted them
+@pytest.mark.parametrize("pause_ttls", [0.8, 0.92, 2.0])
+async def test_a_server_paused_around_its_lease_decides_again(
+    fresh_nats: NatsServer, pause_ttls: float
+) -> None:
+    """A pause of the whole process (a GC pause, CPU starvation, a VM stall: here the event loop
+    blocked) of about the lease's length, at the default TTL. Before the fix the partition loops
+    saw the lease invalid for an instant and ended, the next round renewed the lease, and nothing
+    started them again: the server never decided another input."""
+    nc = await connect(fresh_nats.url)
+    server, worker = Server(nc), Worker(nc, concurrency=4)
+    try:
+        await server.start()
+        await worker.start()
+        assert server.leases is not None and server.leases.ttl == DEFAULT_TTL
+        first = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": LOOP}, timeout=30)
+        assert first["status"] == "success", first
+        await _just_renewed(server.leases)
+        time.sleep(pause_ttls * DEFAULT_TTL)  # the pause under test: the event loop blocked
+        requests = [{"request_id": uuid.uuid4().hex, "playbook": LOOP} for _ in range(4)]
+        runs = (run_and_wait(nc, r, timeout=40) for r in requests)
+        outs = await asyncio.gather(*runs, return_exceptions=True)
+        statuses = Counter("stuck" if isinstance(o, TimeoutError) else o["status"] for o in outs)
+        assert statuses == {"success": 4}, f"after a pause of {pause_ttls} TTL: {dict(statuses)} of 4"
+        live = await _until_value(lambda: server.liveness(), lambda v: not v["partitions_without_reader"], 20)
+        assert live["partitions_owned"] == list(range(8)), live
+    finally:
+        await worker.stop(drain=False)
+        await server.stop()
+        await nc.close()
+
+
+async def _just_renewed(leases: PartitionLeases) -> None:
+    """Returns right after a renewal of every lease, so a pause's length decides what it outlasts."""
+    before = dict(leases._valid_until)
+    while any(leases._valid_until.get(p) == v for p, v in before.items()):
+        await asyncio.sleep(0.01)
+
+
+async def _until_value(get: Any, ok: Any, timeout: float) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    value = get()
+    while not ok(value):
+        assert loop.time() < deadline, f"still {value} after {timeout} s"
+        await asyncio.sleep(0.1)
+        value = get()
+    return value

@@ -31,7 +31,7 @@ NANOS = 1_000_000_000
 
 
 @pytest.fixture
-async def services(nc):  # type: ignore[no-untyped-def]
+async def services(nc):
     server, worker = Server(nc), Worker(nc, concurrency=8)
     await server.start()
     await worker.start()
@@ -47,7 +47,7 @@ async def services(nc):  # type: ignore[no-untyped-def]
 async def api(nc: Any, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
     """One JetStream API request, as the CLI sends it; the reply is JSON."""
     msg = await nc.request(subject, json.dumps(body).encode() if body else b"", timeout=5)
-    return json.loads(msg.data)  # type: ignore[no-any-return]
+    return json.loads(msg.data)
 
 
 async def stream_view(nc: Any, stream: str, subject_filter: str) -> list[dict[str, Any]]:
@@ -71,7 +71,7 @@ def headers_of(message: dict[str, Any]) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in pairs}
 
 
-async def test_stream_view_sub_stream_info_consumer_info_kv_get(nc, services) -> None:  # type: ignore[no-untyped-def]
+async def test_stream_view_sub_stream_info_consumer_info_kv_get(nc, services) -> None:
     # `nats sub 'noetl.events.*.*.workflow.finished'`, subscribed before the execution starts
     finished = await nc.subscribe("noetl.events.*.*.workflow.finished")
     request = {"request_id": uuid.uuid4().hex, "path": "examples/hello", "payload": {"names": ["Ada"]}}
@@ -151,7 +151,7 @@ async def test_stream_view_sub_stream_info_consumer_info_kv_get(nc, services) ->
     assert int(base64.b64decode(checkpoint["message"]["data"])) > 0
 
 
-async def test_nats_pub_request_runs_once_per_request_id(nc, services) -> None:  # type: ignore[no-untyped-def]
+async def test_nats_pub_request_runs_once_per_request_id(nc, services) -> None:
     js = nc.jetstream()
     request_id = f"r-{uuid.uuid4().hex}"
     body = json.dumps({"request_id": request_id, "path": "examples/hello", "payload": {"names": ["Ada"]}})
@@ -190,7 +190,7 @@ async def test_nats_pub_request_runs_once_per_request_id(nc, services) -> None: 
             assert sorted(seen) == sorted(names)  # live, every event arrived (order may interleave)
 
 
-async def test_object_get_returns_a_referenced_result(nc, services) -> None:  # type: ignore[no-untyped-def]
+async def test_object_get_returns_a_referenced_result(nc, services) -> None:
     playbook = (ROOT / "docs" / "examples" / "result_reference.yaml").read_text()
     out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": playbook}, timeout=30)
     ref = out["steps"]["start"][0]["result"]
@@ -209,7 +209,7 @@ async def test_object_get_returns_a_referenced_result(nc, services) -> None:  # 
     assert json.loads(data)[:2] == ["row 0", "row 1"]
 
 
-async def test_object_get_returns_a_large_playbook_text(nc, services) -> None:  # type: ignore[no-untyped-def]
+async def test_object_get_returns_a_large_playbook_text(nc, services) -> None:
     from noetl.store.catalog import Catalog
     from tests.service.test_catalog import playbook
 

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -61,7 +62,7 @@ def api() -> Iterator[str]:
         server.server_close()
 
 
-def _run(file: Path, catalog: Path, payload: dict[str, object]) -> dict[str, object]:
+def _run(file: Path, catalog: Path, payload: dict[str, object]) -> dict[str, Any]:
     p = subprocess.run(
         [
             sys.executable,

@@ -90,7 +90,7 @@ workflow:
 
 
 @pytest.fixture
-async def stack(nc, nats_server) -> AsyncIterator[dict[str, Any]]:  # type: ignore[no-untyped-def]
+async def stack(nc, nats_server) -> AsyncIterator[dict[str, Any]]:
     creds = await CredentialStore.open(nc.jetstream(), generate_key())
     server, worker = Server(nc, credentials=creds), Worker(nc, concurrency=4, credentials=creds)
     await server.start()
@@ -130,7 +130,7 @@ async def waiting(nc: Any, eid: str) -> dict[str, Any]:
     return dict(await until(check))
 
 
-async def test_approval_signalled_through_each_interface(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_approval_signalled_through_each_interface(stack) -> None:
     nc, http, user = stack["nc"], stack["http"], stack["user"]
     by_http, by_nats, by_cli = [await start(nc, APPROVAL) for _ in range(3)]
     for eid in (by_http, by_nats, by_cli):
@@ -190,7 +190,7 @@ async def _has(nc: Any, eid: str, name: str) -> bool:
     return any(e["name"] == name for e in await read_execution_events(nc.jetstream(), eid))
 
 
-async def test_pause_holds_new_steps_while_running_ones_finish(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_pause_holds_new_steps_while_running_ones_finish(stack) -> None:
     nc, http, user = stack["nc"], stack["http"], stack["user"]
     eid = await start(nc, PAUSE)
     await until(lambda: _has(nc, eid, "step.started"))
@@ -208,7 +208,7 @@ async def test_pause_holds_new_steps_while_running_ones_finish(stack) -> None:  
     assert (await finished(nc, eid))["result"] == "after"
 
 
-async def test_pause_and_resume_in_the_client_and_cancel_while_paused(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_pause_and_resume_in_the_client_and_cancel_while_paused(stack) -> None:
     nc = stack["nc"]
     eid = await start(nc, APPROVAL)
     await waiting(nc, eid)
@@ -231,7 +231,7 @@ workflow:
 """
 
 
-async def test_schedules_over_http_and_the_cli(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_schedules_over_http_and_the_cli(stack) -> None:
     nc, http = stack["nc"], stack["http"]
     r = await http.post("/api/catalog", content=TICK)
     assert r.status_code == 201, r.text

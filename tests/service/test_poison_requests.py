@@ -11,6 +11,7 @@ import pytest
 
 from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
+from noetl.events.bus import read_execution_events
 from noetl.events.ids import execution_id_for
 
 OK = """
@@ -44,6 +45,9 @@ async def _next_one_succeeds(nc: Any) -> None:
         ("version", {"a": 1}, "`version` must be a string"),
         ("path", ["x"], "`path` must be a string"),
         ("payload", "deep", "nests deeper than 64"),
+        # before: accepted (202), then refused where the server reads its inputs: never decided
+        ("trace_id", 7, "`trace_id` must be a string"),
+        ("trace_id", {"a": 1}, "`trace_id` must be a string"),
     ],
 )
 async def test_a_malformed_request_ends_at_once_with_request_invalid(
@@ -122,6 +126,11 @@ async def test_a_decision_jetstream_can_never_store_ends_its_execution_not_the_p
         out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": BIG_ARGS}, timeout=30)
         assert out["status"] == "failed" and out["error"]["kind"] == "decision_unstorable", out
         assert "max_payload" in out["error"]["message"]
+        # it ended through the engine: the log has the input, and a rebuild from it knows the end
+        names = [e["name"] for e in await read_execution_events(nc.jetstream(), out["execution_id"])]
+        assert "execution.abort.requested" in names, names
+        rebuilt = await server._rebuild(out["execution_id"], 1 << 62)
+        assert rebuilt is not None and rebuilt.finished and rebuilt.status == "failed", rebuilt
         await _next_one_succeeds(nc)  # the same (only) partition goes on
     finally:
         await worker.stop(drain=False)

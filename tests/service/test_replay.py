@@ -44,13 +44,13 @@ workflow:
 
 
 @pytest.fixture
-async def recorded(nc, services):  # type: ignore[no-untyped-def]
+async def recorded(nc, services):
     out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
     assert out["status"] == "success" and out["result"] == "small"
     return out["execution_id"], await read_execution_events(nc.jetstream(), out["execution_id"])
 
 
-async def test_replay_against_its_own_playbook_has_no_divergence(recorded) -> None:  # type: ignore[no-untyped-def]
+async def test_replay_against_its_own_playbook_has_no_divergence(recorded) -> None:
     _, events = recorded
     report = replay_diff(events)
     assert report.divergences == []
@@ -58,12 +58,12 @@ async def test_replay_against_its_own_playbook_has_no_divergence(recorded) -> No
     assert "no divergence" in render(report, "x")
 
 
-async def test_replay_after_a_changed_arc_points_at_the_step(recorded) -> None:  # type: ignore[no-untyped-def]
+async def test_replay_after_a_changed_arc_points_at_the_step(recorded) -> None:
     _, events = recorded
     report = replay_diff(events, ROUTE.replace("event.result > 10", "event.result > 1"))
     first = report.divergences[0]
     assert first.cause["name"] == "step.done" and first.cause["entity_id"] == "measure"
-    kinds = [(d.kind, (d.recorded or {}).get("name")) for d in first.diffs]
+    kinds = [(d.kind, d.recorded.get("name") if d.recorded else None) for d in first.diffs]
     assert kinds[0] == ("changed", "next.evaluated")
     nxt = first.diffs[0]
     assert nxt.recorded["payload"]["fired"] == [{"step": "small", "arc": 1, "args": {}}]
@@ -74,7 +74,7 @@ async def test_replay_after_a_changed_arc_points_at_the_step(recorded) -> None: 
     assert "firing `small` (arc 1); replayed next.evaluated of `measure` firing `big` (arc 0)" in text
 
 
-async def test_replay_command(recorded, nats_server, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+async def test_replay_command(recorded, nats_server, tmp_path: Path, capsys) -> None:
     execution_id, _ = recorded
     ns = argparse.Namespace(execution_id=execution_id, playbook=None, nats_url=nats_server.url, json=False)
     assert await replay(ns) == 0

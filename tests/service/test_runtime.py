@@ -50,7 +50,7 @@ async def until(check: Any, attempts: int = 300) -> Any:
     raise AssertionError("condition never held")
 
 
-async def test_heartbeats_refresh_and_a_silent_process_expires(fresh_nats) -> None:  # type: ignore[no-untyped-def]
+async def test_heartbeats_refresh_and_a_silent_process_expires(fresh_nats) -> None:
     nc = await connect(fresh_nats.url)
     js = nc.jetstream()
     state = {"running": 0}
@@ -84,7 +84,7 @@ async def test_heartbeats_refresh_and_a_silent_process_expires(fresh_nats) -> No
         RuntimeRegistrar(js, "worker", dict, interval=2, ttl=1)
 
 
-async def test_start_operations_registers_server_and_worker(fresh_nats, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+async def test_start_operations_registers_server_and_worker(fresh_nats, monkeypatch) -> None:
     monkeypatch.delenv("NOETL_API_TOKEN", raising=False)
     nc = await connect(fresh_nats.url)
     server, worker = Server(nc), Worker(nc, pool="rt", concurrency=3)
@@ -117,7 +117,7 @@ async def cli(nc: Any, capsys: Any, *argv: str) -> tuple[int, str, str]:
     return rc, out.out, out.err
 
 
-async def test_operations_commands(nc, capsys, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_operations_commands(nc, capsys, monkeypatch, tmp_path) -> None:
     server, worker = Server(nc), Worker(nc, concurrency=2)
     await server.start()
     await worker.start()
@@ -180,7 +180,7 @@ async def test_operations_commands(nc, capsys, monkeypatch, tmp_path) -> None:  
         await server.stop()
 
 
-def test_noetl_server_serves_http_on_a_free_port(fresh_nats) -> None:  # type: ignore[no-untyped-def]
+def test_noetl_server_serves_http_on_a_free_port(fresh_nats) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOETL_API_")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "noetl.cli.main", "server", "--nats-url", fresh_nats.url, "--http-port", "0"],
@@ -192,7 +192,13 @@ def test_noetl_server_serves_http_on_a_free_port(fresh_nats) -> None:  # type: i
     try:
         assert proc.stderr is not None
         lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(x) for x in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
+        stderr = proc.stderr
+
+        def pump() -> None:
+            for x in stderr:
+                lines.put(x)
+
+        threading.Thread(target=pump, daemon=True).start()
         url, seen = None, []
         while url is None:
             line = lines.get(timeout=30)

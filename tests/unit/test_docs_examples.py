@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -102,7 +103,7 @@ def _noetl() -> list[str]:
 
 
 # (example, extra arguments, what the docs say about the run)
-RUNS = [
+RUNS: list[tuple[str, list[str], dict[str, Any]]] = [
     (
         "quickstart.yaml",
         ["--payload", '{"orders": [{"id": 7, "amount": 250}]}'],

@@ -30,6 +30,8 @@ from noetl.events.retry import is_transient, retrying
         ServiceUnavailableError(code=503),
         APIError(code=500, err_code=10008, description="JetStream system temporarily unavailable"),
         APIError(code=400, err_code=10009, description="JetStream cluster can not handle request"),
+        # stored or being stored: a worker that treated it as a failure ran its tool again
+        APIError(code=409, err_code=10158, description="duplicate message id is in process"),
     ],
     ids=lambda e: type(e).__name__,
 )

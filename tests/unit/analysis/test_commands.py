@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,7 +108,7 @@ def test_graph_from_an_events_file_checks_file_against_the_recorded_playbook(
     assert main(["graph"]) == 2
 
 
-def _events() -> list[dict]:
+def _events() -> list[dict[str, Any]]:
     return [
         {
             "name": "step.scheduled",

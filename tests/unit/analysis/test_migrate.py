@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from typing import Any
 
 import yaml
 
@@ -15,7 +16,7 @@ from noetl.dsl.validate import load_playbook
 HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: m}\n"
 
 
-def migrate(body: str) -> tuple[dict, list[str], str]:
+def migrate(body: str) -> tuple[dict[str, Any], list[str], str]:
     text = HEAD + textwrap.dedent(body).lstrip("\n")
     result = migrate_text(text, "m.yaml")
     assert result.text is not None and result.problems == [], [str(p) for p in result.problems]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -28,7 +29,7 @@ def _playbooks() -> list[Path]:
     return sorted(p for p in found if not p.name.endswith(".expect.yaml"))
 
 
-def _expect(path: Path) -> dict[str, object]:
+def _expect(path: Path) -> dict[str, Any]:
     exp = path.with_name(path.name[: -len(".yaml")] + ".expect.yaml")
     return yaml.safe_load(exp.read_text()) if exp.exists() else {}
 
@@ -50,7 +51,7 @@ def test_invalid_case_names_each_expected_text(path: Path) -> None:
     assert problems, "expected the case to be invalid"
     output = "\n".join(str(p) for p in problems)
     text = output.replace(str(path), "").replace(path.name, "").replace(path.stem, "").lower()
-    missing = [n for n in _expect(path).get("error_contains") or [] if str(n).lower() not in text]  # type: ignore[union-attr]
+    missing = [n for n in _expect(path).get("error_contains") or [] if str(n).lower() not in text]
     assert not missing, f"missing {missing} in:\n{output}"
 
 

@@ -108,7 +108,7 @@ def test_then_without_do_means_continue_and_boolean_when_becomes_a_template() ->
         "- step: start\n  tool:\n    - name: t\n      kind: noop\n      spec: {policy: {rules: "
         "[{when: true, then: {set_ctx: {a: 1}}}]}}\n"
     )
-    (rule,) = load_playbook(text).workflow[0].tool[0].policy.rules  # type: ignore[union-attr]
+    (rule,) = load_playbook(text).workflow[0].tool[0].policy.rules
     assert rule.when == "{{ true }}"
     assert rule.then == {"set_ctx": {"a": 1}, "do": "continue"}
 
@@ -128,7 +128,7 @@ def test_next_router_defaults_and_arcs() -> None:
     plain = load_playbook(
         steps("- step: start\n  next: {arcs: [{step: b}]}\n- step: b\n  tool: {kind: noop}\n")
     )
-    assert plain.workflow[0].next.mode == "exclusive"  # type: ignore[union-attr]
+    assert plain.workflow[0].next.mode == "exclusive"
     assert plain.workflow[0].tool == ()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -42,13 +43,13 @@ CHOOSE = _doc(
 )
 
 
-def _tasks(text: str) -> list[dict]:
+def _tasks(text: str) -> list[dict[str, Any]]:
     c = compile_text(text, "t.yaml")
     assert c.problems == []
     return c.data["workflow"][0]["tool"]
 
 
-def _rules(task: dict) -> list[tuple[str | None, str]]:
+def _rules(task: dict[str, Any]) -> list[tuple[str | None, str]]:
     out = []
     for rule in task.get("spec", {}).get("policy", {}).get("rules", []):
         then = rule["else"]["then"] if "else" in rule else rule["then"]
@@ -274,7 +275,7 @@ def test_migrate_is_canonical_by_default_and_writes_choose_with_sugar() -> None:
     assert plain.problems == [] and "choose" not in plain.text and "maybe_gate" in plain.text
     sugared = migrate_text(OLD, "old.yaml", sugar=True)
     assert sugared.problems == []
-    tool = yaml.safe_load(sugared.text)["workflow"][0]["tool"]
+    tool = yaml.safe_load(sugared.text or "")["workflow"][0]["tool"]
     assert tool[1] == {
         "name": "maybe_when",
         "choose": [{"when": "{{ workload.flag }}", "do": [{"name": "maybe", "kind": "noop", "result": 2}]}],
@@ -290,7 +291,7 @@ def test_the_schema_takes_sugar_named_and_labelled() -> None:
     validator = jsonschema.Draft202012Validator(playbook_json_schema())
     branch = {"when": "{{ true }}", "do": [{"name": "a", "kind": "noop"}]}
 
-    def doc(item: dict[str, object]) -> dict[str, object]:
+    def doc(item: dict[str, Any]) -> dict[str, object]:
         return {
             "apiVersion": "noetl.io/v2",
             "kind": "Playbook",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from noetl.engine import Decision, ExecutionState, decide, new_state
-from noetl.events.envelope import make_event
+from noetl.events.envelope import Command, Event, EventName, make_event
 from noetl.events.ids import derive_id
 
 
@@ -14,7 +14,7 @@ def requested(
     payload: dict[str, Any] | None = None,
     missing: list[str] | None = None,
     execution_id: str = "e1",
-) -> dict[str, Any]:
+) -> Event:
     return make_event(
         event_id=derive_id("req", execution_id),
         execution_id=execution_id,
@@ -29,14 +29,15 @@ def requested(
 
 
 def answer(
-    cmd: dict[str, Any],
+    cmd: Command,
     *,
     ok: bool = True,
     result: Any = None,
     error: dict[str, Any] | None = None,
     patches: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+) -> Event:
     index = cmd.get("index")
+    name: EventName
     if index is None:
         name = "step.done" if ok else "step.failed"
     else:
@@ -68,18 +69,18 @@ class Driver:
     ) -> None:
         ev = requested(text, payload, missing)
         self.state: ExecutionState = new_state(ev)
-        self.log: list[dict[str, Any]] = []
-        self.commands: list[dict[str, Any]] = []
+        self.log: list[Event] = []
+        self.commands: list[Command] = []
         self.feed(ev)
 
-    def feed(self, ev: dict[str, Any]) -> Decision:
+    def feed(self, ev: Event) -> Decision:
         self.log.append(ev)
         d = decide(self.state, ev)
         self.log.extend(d.events)
         self.commands.extend(d.commands)
         return d
 
-    def take(self) -> list[dict[str, Any]]:
+    def take(self) -> list[Command]:
         out, self.commands = self.commands, []
         return out
 

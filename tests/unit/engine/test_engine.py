@@ -218,7 +218,7 @@ def test_replay_rebuilds_identical_state_and_decisions() -> None:
 
 def test_engine_imports_no_io() -> None:
     """The engine package may not import I/O, clocks or randomness."""
-    root = Path(sys.modules["noetl.engine"].__file__).parent
+    root = Path(str(sys.modules["noetl.engine"].__file__)).parent
     banned = {"nats", "httpx", "asyncpg", "duckdb", "asyncio", "time", "random", "datetime", "os", "socket"}
     for f in root.glob("*.py"):
         tree = ast.parse(f.read_text())

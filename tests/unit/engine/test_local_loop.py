@@ -3,9 +3,7 @@ iteration in flight until its event or the worker's ``loop.local.stopped``."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from noetl.events.envelope import make_event
+from noetl.events.envelope import Command, Event, make_event
 from tests.unit.engine.helpers import Driver, answer
 
 LOCAL = """apiVersion: noetl.io/v2
@@ -22,11 +20,12 @@ workflow:
 """
 
 
-def _iteration(cmd: dict[str, Any], i: int, ok: bool = True) -> dict[str, Any]:
-    return answer({**cmd, "command_id": f"{cmd['command_id']}-{i}", "index": i}, ok=ok, result=i * 10)
+def _iteration(cmd: Command, i: int, ok: bool = True) -> Event:
+    one: Command = {**cmd, "command_id": f"{cmd['command_id']}-{i}", "index": i}
+    return answer(one, ok=ok, result=i * 10)
 
 
-def _stopped(cmd: dict[str, Any], skipped: list[int]) -> dict[str, Any]:
+def _stopped(cmd: Command, skipped: list[int]) -> Event:
     return make_event(
         event_id=f"{cmd['command_id']}-stopped",
         execution_id=cmd["execution_id"],

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from noetl.engine import ExecutionState, decide, new_state, replay
-from noetl.events.envelope import make_event
+from noetl.events.envelope import Command, Event, EventName, make_event
 from noetl.events.ids import derive_id
 from tests.unit.engine.helpers import answer, requested
 
@@ -21,14 +21,14 @@ class Clocked:
         ev = requested(HEAD + body)
         ev["timestamp"] = T0
         self.state: ExecutionState = new_state(ev)
-        self.log: list[dict[str, Any]] = []
-        self.commands: list[dict[str, Any]] = []
+        self.log: list[Event] = []
+        self.commands: list[Command] = []
         self.timers: list[dict[str, Any]] = []
         self.cancelled: list[str] = []
         self.n = 0
         self.feed(ev)
 
-    def feed(self, ev: dict[str, Any]) -> None:
+    def feed(self, ev: Event) -> None:
         self.log.append(ev)
         d = decide(self.state, ev)
         self.log.extend(d.events)
@@ -36,14 +36,14 @@ class Clocked:
         self.timers.extend(d.timers)
         self.cancelled.extend(d.cancel_timers)
 
-    def take(self) -> list[dict[str, Any]]:
+    def take(self) -> list[Command]:
         out, self.commands = self.commands, []
         return out
 
     def names(self) -> list[str]:
         return [e["name"] for e in self.log]
 
-    def outside(self, name: str, payload: dict[str, Any], **kw: Any) -> None:
+    def outside(self, name: EventName, payload: dict[str, Any], **kw: Any) -> None:
         self.n += 1
         self.feed(
             make_event(

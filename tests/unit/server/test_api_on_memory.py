@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from noetl.events.memory import MemoryBus
-from noetl.events.runtime import RuntimeRegistrar
+from noetl.events.runtime import RuntimeRegistrar, cancel_and_wait
 from noetl.server.api import ApiServer
 from noetl.server.api.launch import start_operations
 from tests.playbooks import approval
@@ -152,6 +152,20 @@ async def test_probes_metrics_and_runtime_on_the_port(
         async with httpx.AsyncClient(base_url=s_ops.api.url, timeout=30) as http:
             r = await http.get("/ready")
             assert r.status_code == 200 and r.json()["checks"].get("bus") is True, r.text
+            assert r.json()["checks"]["partitions"] is True and r.json()["partitions_without_reader"] == []
+            assert r.json()["partitions_owned"] == list(range(8)), r.text
+            # a partition loop that ends (whatever the cause) is seen, said, and started again
+            before = server.liveness()["loop_restarts"].get("partition 3", 0)
+            await cancel_and_wait(server._loops[3])
+            assert server.liveness()["partitions_without_reader"] == [3]
+
+            async def restarted() -> bool:
+                live = server.liveness()
+                again = live["loop_restarts"].get("partition 3") == before + 1
+                return again and not live["partitions_without_reader"]
+
+            await until(restarted, context=f"partition 3 not restarted: {server.liveness()}")
+            assert (await http.get("/ready")).status_code == 200
             eid = await start(http, PRINTS)
             await sse(http, f"/api/executions/{eid}/events")
 
@@ -161,6 +175,8 @@ async def test_probes_metrics_and_runtime_on_the_port(
 
             text = await until(counted, context="the collector never folded the execution")
             assert 'noetl_stream_messages{stream="NOETL_EVENTS"}' in text, text
+            assert "noetl_partitions_without_reader 0" in text, text
+            assert 'noetl_loop_restarts_total{loop="partition 3"}' in text, text
             entries = (await http.get("/api/runtime")).json()
             roles = sorted(e["role"] for e in entries)
             assert roles == ["server", "worker"], entries

@@ -35,7 +35,7 @@ workflow:
 """
 
 
-async def test_python_error_names_task_step_line_and_code(bus, services) -> None:  # type: ignore[no-untyped-def]
+async def test_python_error_names_task_step_line_and_code(bus, services) -> None:
     out = await _run(bus, PY_FAILS)
     assert out["status"] == "failed"
     err = out["error"]
@@ -73,7 +73,7 @@ workflow:
 """
 
 
-async def test_undefined_iter_attribute_lists_what_iter_has(bus, services) -> None:  # type: ignore[no-untyped-def]
+async def test_undefined_iter_attribute_lists_what_iter_has(bus, services) -> None:
     out = await _run(bus, ITER_UNDEFINED)
     assert out["status"] == "failed"
     err = out["error"]
@@ -85,7 +85,7 @@ async def test_undefined_iter_attribute_lists_what_iter_has(bus, services) -> No
     assert f"\n  at iter_undefined.yaml:{line}" in shown
 
 
-async def test_undefined_top_level_name_lists_the_namespaces_never_values(  # type: ignore[no-untyped-def]
+async def test_undefined_top_level_name_lists_the_namespaces_never_values(
     bus, services
 ) -> None:
     text = ITER_UNDEFINED.replace("{{ iter.num }}", "{{ itr.num }}")

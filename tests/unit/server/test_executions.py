@@ -14,7 +14,7 @@ from noetl.events.bus import read_execution_events
 from tests.service.test_execution import CHAIN
 
 
-async def test_an_execution_runs_end_to_end(bus, services) -> None:  # type: ignore[no-untyped-def]
+async def test_an_execution_runs_end_to_end(bus, services) -> None:
     out = await run_and_wait(
         bus, {"request_id": uuid.uuid4().hex, "playbook": CHAIN, "payload": {"n": 21}}, timeout=30
     )
@@ -28,7 +28,7 @@ async def test_an_execution_runs_end_to_end(bus, services) -> None:  # type: ign
     assert [s.parse_event_subject(m.subject)[1:] for m in stored] == [(out["execution_id"], n) for n in names]
 
 
-async def test_same_request_id_runs_once(bus, services) -> None:  # type: ignore[no-untyped-def]
+async def test_same_request_id_runs_once(bus, services) -> None:
     rid = uuid.uuid4().hex
     first = await run_and_wait(bus, {"request_id": rid, "playbook": CHAIN}, timeout=30)
     second = await run_and_wait(bus, {"request_id": rid, "playbook": CHAIN}, timeout=30)
@@ -37,7 +37,7 @@ async def test_same_request_id_runs_once(bus, services) -> None:  # type: ignore
     assert [e["name"] for e in events].count("workflow.started") == 1
 
 
-async def test_invalid_inline_playbook_is_rejected_with_problems(bus, services) -> None:  # type: ignore[no-untyped-def]
+async def test_invalid_inline_playbook_is_rejected_with_problems(bus, services) -> None:
     bad = CHAIN.replace("kind: python", "kind: teleport")
     out = await run_and_wait(bus, {"request_id": uuid.uuid4().hex, "playbook": bad}, timeout=30)
     assert out["status"] == "failed" and out["error"]["kind"] == "playbook_invalid"
@@ -77,7 +77,7 @@ workflow:
 """
 
 
-async def test_workbook_template_spec_applies_and_is_not_rendered(bus, services) -> None:  # type: ignore[no-untyped-def]
+async def test_workbook_template_spec_applies_and_is_not_rendered(bus, services) -> None:
     out = await run_and_wait(bus, {"request_id": uuid.uuid4().hex, "playbook": WORKBOOK_SPEC}, timeout=30)
     assert out["status"] == "success" and out["ctx"] == {"timed_out": True}
 
@@ -109,7 +109,7 @@ workflow:
 """
 
 
-async def test_workbook_template_policy_decides_when_the_task_has_none(bus, services) -> None:  # type: ignore[no-untyped-def]
+async def test_workbook_template_policy_decides_when_the_task_has_none(bus, services) -> None:
     """Without its template's rules the first error would fail the step (no policy: fail)."""
     out = await run_and_wait(bus, {"request_id": uuid.uuid4().hex, "playbook": WORKBOOK_POLICY}, timeout=30)
     assert out["status"] == "success" and out["ctx"] == {"took": 3}
@@ -140,7 +140,7 @@ async def _snapshot_count(bus: Any, execution_id: str) -> int:
     return len(await (await bus.kv(s.ITER_BUCKET)).keys(f"{execution_id}."))
 
 
-async def test_a_finished_loop_leaves_no_iteration_snapshots(bus, services) -> None:  # type: ignore[no-untyped-def]
+async def test_a_finished_loop_leaves_no_iteration_snapshots(bus, services) -> None:
     """Each iteration writes a snapshot after task a; the server purges them all when the loop ends."""
     import asyncio
 
@@ -166,7 +166,7 @@ async def test_a_finished_loop_leaves_no_iteration_snapshots(bus, services) -> N
     assert await _snapshot_count(bus, eid) == 0
 
 
-async def test_a_failing_metrics_observer_does_not_stop_decisions(bus, services) -> None:  # type: ignore[no-untyped-def]
+async def test_a_failing_metrics_observer_does_not_stop_decisions(bus, services) -> None:
     server, _ = services
 
     def broken(event: dict[str, Any]) -> None:
@@ -176,3 +176,55 @@ async def test_a_failing_metrics_observer_does_not_stop_decisions(bus, services)
     request = {"request_id": uuid.uuid4().hex, "playbook": CHAIN, "payload": {"n": 2}}
     out = await run_and_wait(bus, request, timeout=30)
     assert out["status"] == "success" and out["result"] == 4
+
+
+HUGE_ERROR = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: huge_error, path: tests/huge_error}
+workflow:
+  - step: start
+    tool:
+      kind: python
+      code: |
+        def main():
+            raise ValueError("x" * 300000)
+"""
+
+PARENT_OF_HUGE = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: parent, path: tests/parent_of_huge}
+workflow:
+  - step: start
+    tool: {kind: playbook, path: HUGE}
+"""
+
+
+async def test_an_execution_ending_with_a_huge_error_shows_how_it_ended(bus: Any, services: Any) -> None:
+    """A workflow.finished over the event limit leaves by reference. Before: its payload was only
+    ``{payload_ref}``, so the API, CLI and metrics showed the execution as running and a parent
+    saw ``failed: None: None``. Now a summary stays inline and readers read the rest back."""
+    from noetl.server.api.queries import list_executions
+
+    out = await run_and_wait(bus, {"request_id": uuid.uuid4().hex, "playbook": HUGE_ERROR}, timeout=30)
+    assert out["status"] == "failed" and out["error"]["kind"] == "python_error", str(out)[:300]
+    assert "x" * 300000 in out["error"]["message"], "the whole error is read back"
+    events = await read_execution_events(bus, out["execution_id"])
+    finished = next(e for e in events if e["name"] == "workflow.finished")
+    assert finished["payload"]["status"] == "failed"
+    only_finished = [s.execution_event_filter(out["execution_id"], "workflow.finished")]
+    raw = await bus.read(s.EVENTS_STREAM, only_finished)
+    inline = json.loads(raw[0].data)["payload"]
+    assert inline["status"] == "failed" and inline["error"]["kind"] == "python_error", str(inline)[:300]
+    assert "payload_ref" in inline and len(raw[0].data) < 16_384
+    listed = {e["execution_id"]: e for e in (await list_executions(bus))["executions"]}
+    assert listed[out["execution_id"]]["status"] == "failed", listed[out["execution_id"]]
+    child_text = HUGE_ERROR.replace("path: tests/huge_error", "path: tests/huge_child")
+    parent = PARENT_OF_HUGE.replace("path: HUGE", "path: tests/huge_child")
+    from noetl.store.catalog import Catalog
+
+    await (await Catalog.open(bus)).register(child_text)
+    out = await run_and_wait(bus, {"request_id": uuid.uuid4().hex, "playbook": parent}, timeout=30)
+    assert out["status"] == "failed", str(out)[:300]
+    assert "python_error" in json.dumps(out["error"])[:5000] and "None: None" not in out["error"]["message"]

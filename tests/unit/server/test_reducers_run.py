@@ -24,7 +24,7 @@ workflow:
 """
 
 
-async def test_a_value_a_reducer_cannot_take_fails_the_loop_with_reducer_type(bus, services) -> None:  # type: ignore[no-untyped-def]
+async def test_a_value_a_reducer_cannot_take_fails_the_loop_with_reducer_type(bus, services) -> None:
     out = await run_and_wait(bus, {"request_id": uuid.uuid4().hex, "playbook": WRONG_TYPE}, timeout=30)
     assert out["status"] == "failed"
     assert out["error"]["kind"] == "reducer_type" and "'total'" in out["error"]["message"]

@@ -15,7 +15,7 @@ async def _run(bus: Any, text: str) -> dict[str, Any]:
     return await run_and_wait(bus, {"request_id": uuid.uuid4().hex, "playbook": text}, timeout=30)
 
 
-async def test_compiled_output_and_hand_written_canonical_run_the_same(bus, services) -> None:  # type: ignore[no-untyped-def]
+async def test_compiled_output_and_hand_written_canonical_run_the_same(bus, services) -> None:
     compiled = render(compile_text(EXAMPLE.read_text(), str(EXAMPLE)), str(EXAMPLE))
     results = [await _run(bus, text) for text in (EXAMPLE.read_text(), compiled, HAND.read_text())]
     assert [r["status"] for r in results] == ["success"] * 3

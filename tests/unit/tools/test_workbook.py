@@ -1,9 +1,11 @@
+from typing import Any
+
 import pytest
 
 from noetl.dsl.errors import ToolError
 from noetl.worker.tools.workbook import resolve_workbook
 
-TASKS = {
+TASKS: dict[str, dict[str, Any]] = {
     "fetch": {"kind": "http", "url": "http://x/a", "headers": {"A": "1", "B": "2"},
               "spec": {"timeout": 5, "policy": {"rules": [{"else": {"then": {"do": "continue"}}}]}}},
     "fetch_b": {"kind": "workbook", "task": "fetch", "headers": {"B": "3"}},

@@ -11,7 +11,7 @@ from typing import Any
 
 from noetl.engine import is_input
 from noetl.events import subjects as s
-from noetl.events.envelope import dumps, loads, make_event
+from noetl.events.envelope import Event, dumps, loads, make_event
 from noetl.events.memory import MemoryBus
 from noetl.store.catalog import Catalog
 from noetl.worker.service import Worker
@@ -26,7 +26,7 @@ async def run(text: str, *, cancel_after: int | None = None) -> tuple[Driver, li
     await bus.prepare()
     d = Driver(text)
     await (await Catalog.open(bus)).put_digest(d.state.playbook.digest, text)
-    inputs: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    inputs: asyncio.Queue[Event] = asyncio.Queue()
     worker_events: list[dict[str, Any]] = []
 
     async def on_event(m: Any) -> None:
@@ -163,3 +163,31 @@ workflow:
     d, events = await run(text, cancel_after=6)
     ended = sum(e["name"].startswith("loop.iteration.") for e in events)
     assert d.state.status == "cancelled" and ended < 50, f"{ended} iterations ended after the cancel"
+
+
+def huge_ctx(looped: bool) -> str:
+    loop = '    loop: {in: "{{ [1] }}", iterator: x}\n' if looped else ""
+    return HEAD + f"""
+workflow:
+  - step: start
+{loop}    tool:
+      - name: a
+        kind: python
+        code: |
+          def main():
+              return "x" * 1000000
+        spec:
+          policy:
+            rules:
+              - else: {{then: {{do: continue, set_ctx: {{big: "{{{{ outcome.result }}}}"}}}}}}
+"""
+
+
+async def test_a_terminal_event_too_large_to_store_ends_the_run_as_failed() -> None:
+    """Over MAX_TERMINAL_BYTES the worker sends the failed twin of its terminal event instead."""
+    for looped, name in ((False, "step.failed"), (True, "loop.iteration.failed")):
+        d, events = await run(huge_ctx(looped))
+        ends = [e for e in events if e["name"].endswith((".done", ".failed")) and e["name"] != "task.done"]
+        assert [e["name"] for e in ends] == [name]
+        assert ends[0]["payload"]["error"]["kind"] == "payload_too_large"
+        assert d.state.status == "failed"

@@ -120,7 +120,7 @@ def unknown_field(
 @lru_cache(maxsize=256)
 def _adapter(model: type[BaseModel], name: str) -> tuple[TypeAdapter[Any], str]:
     info = model.model_fields[name]
-    tp = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+    tp: Any = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
     return TypeAdapter(tp), type_words(tp)
 
 

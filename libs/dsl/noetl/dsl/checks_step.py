@@ -268,7 +268,7 @@ def _check_loop(loop: Any, path: Path, r: Report) -> bool:
         mode = mode if mode is not None else pmode
     elif policy is not None:
         r.add((*path, "spec", "policy"), f"`loop.spec.policy` is a mapping, found {type_name(policy)}")
-    return mode == "parallel"
+    return bool(mode == "parallel")
 
 
 def _check_next(nxt: Any, path: Path, r: Report) -> list[tuple[Path, str]]:

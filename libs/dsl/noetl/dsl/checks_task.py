@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from noetl.dsl import legacy
 from noetl.dsl.checks_fields import check_fields, template_of
@@ -289,7 +289,7 @@ def _check_jump(then: dict[str, Any], path: Path, labels: frozenset[str] | None,
         )
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

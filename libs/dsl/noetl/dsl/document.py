@@ -11,7 +11,7 @@ authors.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_model
 from pydantic.fields import FieldInfo
@@ -164,13 +164,16 @@ def _spec_model(kind: str, fields: type[BaseModel]) -> type[BaseModel]:
 def task_model(kind: str, fields: type[BaseModel], template: bool = False) -> type[BaseModel]:
     """The task model of a kind: its fields plus every task's `name`, `kind` and `spec`."""
     doc = fields.__doc__ or f"A `kind: {kind}` task."
-    return create_model(  # type: ignore[call-overload, no-any-return]
+    common: dict[str, Any] = {  # built at run time (Literal[kind]): no static type to check
+        "name": (str | None, Field(None, description=_TASK_NAME)),
+        "kind": (Literal[kind], Field(description="The task kind.")),
+        "spec": (_spec_model(kind, fields) | None, None),
+    }
+    return create_model(
         kind.capitalize() + ("TaskTemplate" if template else "Task"),
         __base__=_template_form(fields) if template else fields,
         __doc__=f"A `workbook.tasks` template of {doc}" if template else doc,
-        name=(str | None, Field(None, description=_TASK_NAME)),
-        kind=(Literal[kind], Field(description="The task kind.")),
-        spec=(_spec_model(kind, fields) | None, None),
+        **common,
     )
 
 
@@ -180,7 +183,7 @@ class PluginTask(_Open):
     name: str | None = Field(None, description=_TASK_NAME)
     kind: str = Field(
         description="A kind added by a plug-in.",
-        json_schema_extra={"not": {"enum": sorted(BUILTIN_MODELS)}},
+        json_schema_extra={"not": {"enum": [*sorted(BUILTIN_MODELS)]}},
     )
     spec: OpenTaskSpec | None = None
 
@@ -210,8 +213,13 @@ def _union(template: bool) -> Any:
     ]
 
 
-Task = _union(template=False)
-TaskTemplate = _union(template=True)
+# Built at import from the kinds' models, so a static checker cannot read them: to it they are Any
+if TYPE_CHECKING:
+    Task: TypeAlias = Any
+    TaskTemplate: TypeAlias = Any
+else:
+    Task = _union(template=False)
+    TaskTemplate = _union(template=True)
 
 LabelledTask = Annotated[
     dict[str, "Task | Sugar"],

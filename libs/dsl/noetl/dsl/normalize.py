@@ -8,7 +8,7 @@ server and the worker never apply defaults of their own.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Literal
 
 from noetl.dsl.model import (
     Arc,
@@ -33,7 +33,7 @@ _LOOP_KNOBS = ("mode", "max_in_flight", "policy")
 def _when(value: Any) -> str | None:
     if isinstance(value, bool):
         return "{{ true }}" if value else "{{ false }}"
-    return value
+    return value  # type: ignore[no-any-return]  # text or None: validation checked it
 
 
 def _rules(rules: list[Any], path: Path, *, task: bool) -> tuple[Rule, ...]:
@@ -77,7 +77,7 @@ def _workbook_task_policy(spec: dict[str, Any], path: Path, name: Any,
     template_spec = template.get("spec") if isinstance(template, dict) else None
     template_policy = template_spec.get("policy") if isinstance(template_spec, dict) else None
     own = spec.get("policy")
-    if not isinstance(template_policy, dict):
+    if not isinstance(template_spec, dict) or not isinstance(template_policy, dict):
         return _task_policy(spec, path)
     if not isinstance(own, dict):
         return _task_policy(template_spec, ("workbook", "tasks", name))
@@ -115,8 +115,8 @@ def _loop(loop: dict[str, Any] | None, path: Path) -> Loop | None:
     if loop is None:
         return None
     spec = loop.get("spec") or {}
-    policy = spec.get("policy") if isinstance(spec.get("policy"), dict) else {}
-    mode = spec.get("mode", policy.get("mode")) or "sequential"
+    policy = raw if isinstance(raw := spec.get("policy"), dict) else {}
+    mode: Literal["sequential", "parallel"] = spec.get("mode", policy.get("mode")) or "sequential"
     cap = spec.get("max_in_flight", policy.get("max_in_flight")) or DEFAULT_MAX_IN_FLIGHT
     return Loop(
         in_=loop["in"],
@@ -143,7 +143,7 @@ def _next(nxt: dict[str, Any] | None, path: Path) -> Next | None:
         )
         for k, arc in enumerate(nxt["arcs"])
     )
-    mode = (nxt.get("spec") or {}).get("mode") or "exclusive"
+    mode: Literal["exclusive", "inclusive"] = (nxt.get("spec") or {}).get("mode") or "exclusive"
     return Next(mode=mode, arcs=arcs, path=fmt_path(path))
 
 

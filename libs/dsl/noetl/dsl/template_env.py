@@ -26,9 +26,9 @@ from jinja2 import nodes
 from jinja2.compiler import CodeGenerator, Frame, optimizeconst
 from jinja2.exceptions import TemplateSyntaxError
 from jinja2.nodes import EvalContext
-from jinja2.runtime import Context, LoopContext, Macro, TemplateReference, Undefined, missing
+from jinja2.runtime import Context, LoopContext, Macro, TemplateReference, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from jinja2.utils import Cycler, Joiner, Namespace, pass_context
+from jinja2.utils import Cycler, Joiner, Namespace, missing, pass_context
 
 from noetl.dsl import template_limits as lim
 
@@ -136,7 +136,8 @@ class NoetlUndefined(Undefined):
             raise AttributeError(name)
         return self._chain(f".{name}")
 
-    def __getitem__(self, key: Any) -> NoetlUndefined:
+    # jinja2 declares Undefined.__getitem__ as its always-failing function; this one chains instead
+    def __getitem__(self, key: Any) -> NoetlUndefined:  # type: ignore[override]
         return self._chain(_suffix(key))
 
     def __eq__(self, other: object) -> bool:
@@ -381,8 +382,10 @@ class NoetlSandbox(ImmutableSandboxedEnvironment):
             if is_map:
                 if kwargs or len(args) != 1:
                     raise TypeError("format_map() takes exactly one argument")
-                args, kwargs = (), args[0]
-            return lim.check_built(self.limits, formatter.vformat(template, args, kwargs))
+                mapping = args[0]
+                args, kwargs = (), mapping
+            built: str = lim.check_built(self.limits, formatter.vformat(template, args, kwargs))
+            return built
 
         return format_
 

@@ -43,7 +43,7 @@ _SIMPLE_KEY = re.compile(r"^[\w-]+$")
 _Base: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _Loader(_Base):  # type: ignore[misc, valid-type]
+class _Loader(_Base):  # type: ignore[misc]
     """SafeLoader without implicit timestamps (see the module docstring)."""
 
 

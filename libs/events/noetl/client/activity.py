@@ -9,8 +9,11 @@ without a value are absent, never null.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from noetl.events.vocabulary import EventName
 
 _ENDS = {"step.done": "done", "loop.done": "done", "step.failed": "failed", "step.skipped": "skipped"}
 
@@ -38,7 +41,7 @@ class StepRun:
     error: dict[str, Any] | None = None
 
 
-def _payload(ev: dict[str, Any]) -> dict[str, Any]:
+def _payload(ev: Mapping[str, Any]) -> dict[str, Any]:
     p = ev.get("payload")
     return p if isinstance(p, dict) else {}
 
@@ -51,9 +54,10 @@ class Activity:
         self._task_index: dict[str, int] = {}
         self.finished: dict[str, Any] | None = None
 
-    def feed(self, ev: dict[str, Any]) -> StepRun | None:
+    def feed(self, ev: Mapping[str, Any]) -> StepRun | None:
         """Fold one event; the step run it concerns, if any."""
-        name, rid, p = ev.get("name"), ev.get("step_run_id"), _payload(ev)
+        name: EventName | None = ev.get("name")  # so each name compared below is checked
+        rid, p = ev.get("step_run_id"), _payload(ev)
         if name == "workflow.finished":
             self.finished = p
             return None
@@ -93,11 +97,11 @@ class Activity:
                         setattr(run.loop, key, p[key])
         return run
 
-    def step_of(self, ev: dict[str, Any]) -> str | None:
+    def step_of(self, ev: Mapping[str, Any]) -> str | None:
         run = self.runs.get(ev.get("step_run_id") or "")
         return run.step if run is not None else None
 
-    def index_of(self, ev: dict[str, Any]) -> int | None:
+    def index_of(self, ev: Mapping[str, Any]) -> int | None:
         """The loop iteration an event is about: its payload's ``index``, or for a task event the
         index its run's ``task.started`` gave."""
         index = _payload(ev).get("index")
@@ -114,14 +118,14 @@ class Activity:
         return out
 
 
-def loop_counters(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def loop_counters(events: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     activity = Activity()
     for ev in events:
         activity.feed(ev)
     return activity.loops()
 
 
-def task_outputs(events: list[dict[str, Any]], step: str | None = None) -> list[dict[str, Any]]:
+def task_outputs(events: Sequence[Mapping[str, Any]], step: str | None = None) -> list[dict[str, Any]]:
     """Every task run that printed or logged something, in log order: ``{step, task, index?,
     attempt?, task_run_id, timestamp, status, output}``; ``output`` is the text or, when it was
     large, its reference (resolve it with ``noetl.events.objects.resolve``)."""

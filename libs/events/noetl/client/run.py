@@ -22,10 +22,10 @@ from noetl.dsl.errors import (
 from noetl.dsl.names import execution_id_problem, request_id_problem, signal_name_problem
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events
-from noetl.events.envelope import dumps, loads
+from noetl.events.envelope import Event, dumps, loads
 from noetl.events.ids import execution_id_for
 from noetl.events.nats_port import as_bus
-from noetl.events.objects import is_reference, resolve
+from noetl.events.objects import expand, is_reference, resolve
 
 
 async def submit(conn: Any, request: dict[str, Any]) -> str:
@@ -99,7 +99,7 @@ async def finished_event(conn: Any, execution_id: str) -> dict[str, Any] | None:
     done = await as_bus(conn).last(
         s.EVENTS_STREAM, s.execution_event_filter(execution_id, "workflow.finished")
     )
-    return loads(done.data) if done is not None else None
+    return await expand(conn, loads(done.data)) if done is not None else None
 
 
 class Awaited:
@@ -127,8 +127,8 @@ class Awaited:
         try:
             stored = await self.bus.last(s.EVENTS_STREAM, self.subject)
             if stored is not None:
-                return loads(stored.data)  # type: ignore[no-any-return]
-            return loads(await asyncio.wait_for(asyncio.shield(self._seen), timeout))  # type: ignore[no-any-return]
+                return await expand(self.bus, loads(stored.data))
+            return await expand(self.bus, loads(await asyncio.wait_for(asyncio.shield(self._seen), timeout)))
         finally:
             await self.close()
 
@@ -146,7 +146,7 @@ async def wait_finished(
     await awaited.wait(timeout)
 
 
-async def complete_log(conn: Any, execution_id: str, patience: float = 5.0) -> list[dict[str, Any]]:
+async def complete_log(conn: Any, execution_id: str, patience: float = 5.0) -> list[Event]:
     """The execution's events up to ``playbook.processed``.
 
     A core subscriber can hear of a message before the stream has stored it, so a read right

@@ -3,17 +3,22 @@ for the CLI, the HTTP API and every client that follows an execution."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from noetl.events.vocabulary import EventName
 
 _STEP_STATUS = {"step.done": "done", "loop.done": "done", "step.failed": "failed"}
 
 
-def execution_output(execution_id: str, events: list[dict[str, Any]]) -> dict[str, Any]:
+def execution_output(execution_id: str, events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     runs: dict[str, dict[str, Any]] = {}
     steps: dict[str, list[dict[str, Any]]] = {}
     finished: dict[str, Any] = {}
     for ev in events:
-        name, rid = ev.get("name"), ev.get("step_run_id")
+        name: EventName | None = ev.get("name")  # so each name compared below is checked
+        rid = ev.get("step_run_id")
+        run: dict[str, Any] | None
         if name in ("step.scheduled", "step.skipped") and rid and rid not in runs:
             run = {"status": "skipped" if name == "step.skipped" else "running", "result": None}
             runs[rid] = run
@@ -41,15 +46,16 @@ def execution_output(execution_id: str, events: list[dict[str, Any]]) -> dict[st
     }
 
 
-def waiting_for(events: list[dict[str, Any]]) -> dict[str, Any]:
+def waiting_for(events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """What a running execution waits for (SEMANTICS §17): the signals its step runs await, and
     whether it is paused. From the events alone, as every view here."""
     waiting: dict[str, dict[str, Any]] = {}
     paused = False
     for ev in events:
-        name, rid = ev.get("name"), ev.get("step_run_id")
+        name: EventName | None = ev.get("name")  # so each name compared below is checked
+        rid = ev.get("step_run_id")
         if name == "step.waiting" and rid:
-            p = ev.get("payload") if isinstance(ev.get("payload"), dict) else {}
+            p = raw if isinstance(raw := ev.get("payload"), dict) else {}
             waiting[rid] = {
                 "step": ev.get("entity_id"),
                 "step_run_id": rid,

@@ -10,14 +10,14 @@ import asyncio
 import os
 import ssl
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import nats
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from noetl.events import subjects as s
-from noetl.events.envelope import loads
+from noetl.events.envelope import Event, loads
 from noetl.events.publisher import Publisher
 
 
@@ -111,7 +111,15 @@ async def read_messages(
     return [(m.seq, loads(m.data)) for m in msgs]
 
 
-async def read_execution_events(js: Any, execution_id: str) -> list[dict[str, Any]]:
+async def read_execution_events(js: Any, execution_id: str) -> list[Event]:
     """One execution's events in stream order; ``js``: a bus port, or a nats-py connection or
-    JetStream context."""
-    return [e for _, e in await read_messages(js, s.EVENTS_STREAM, [s.execution_events_filter(execution_id)])]
+    JetStream context. A payload the engine sent by reference (over the event limit) is read back
+    whole, so a large ``workflow.finished`` shows its result and error like any other."""
+    from noetl.events.objects import expand
+
+    filters = [s.execution_events_filter(execution_id)]
+    events = [e for _, e in await read_messages(js, s.EVENTS_STREAM, filters)]
+    by_ref = [i for i, e in enumerate(events) if "payload_ref" in (e.get("payload") or {})]
+    for i in by_ref:
+        events[i] = cast(Event, await expand(js, dict(events[i])))
+    return events

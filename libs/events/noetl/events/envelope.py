@@ -8,36 +8,47 @@ they enter a process (``decode_event``, ``decode_command``: ~3 µs a message).
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired
+from typing import TYPE_CHECKING, Any, NotRequired
 
 import orjson
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict  # pydantic reads TypedDicts from here before Python 3.12
+
+from noetl.events.vocabulary import EntityType, EventName, Source, Status
+
+__all__ = ["Command", "EntityType", "Event", "EventName", "Source", "Status", "WireError"]
 
 SCHEMA_VERSION = 1
 
-Source = Literal["server", "worker"]
-EntityType = Literal["playbook", "workflow", "step", "task", "loop", "next"]
-Status = Literal["in_progress", "success", "error", "skipped"]
+# What a checker sees of ``name``, ``source``, ``entity_type`` and ``status`` (the vocabulary's
+# Literals), and what the run-time check reads (text): a value a newer writer added is not a
+# reason to drop its event (open world), so pydantic must not enforce the Literals.
+if TYPE_CHECKING:
+    _Name = EventName
+    _Source = Source
+    _Entity = EntityType
+    _Status = Status
+else:
+    _Name = _Source = _Entity = _Status = str
 
 
+@with_config(ConfigDict(extra="allow"))  # open world
 class Event(TypedDict):
     """An event as it travels and as every process holds it: a dict (the engine's hot path reads
     it by key and never pays for objects), typed here, and checked against this type once, where
     it enters a process (``decode_event``). ``source``, ``entity_type`` and ``status`` take the
-    values of ``Source``, ``EntityType`` and ``Status`` (``make_event`` is typed with them); the
-    check reads them as text so a newer writer's value is not a reason to drop an event."""
-
-    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]  # open world
+    values of ``Source``, ``EntityType`` and ``Status``, ``name`` those of ``EventName``
+    (``noetl.events.vocabulary``) for a type checker; the run-time check reads them as text so a
+    newer writer's value is not a reason to drop an event."""
 
     event_id: str
     execution_id: str
     timestamp: NotRequired[str]
-    source: NotRequired[str]
-    name: str
-    entity_type: NotRequired[str]
+    source: NotRequired[_Source]
+    name: _Name
+    entity_type: NotRequired[_Entity]
     entity_id: NotRequired[str]
-    status: str
+    status: _Status
     payload: NotRequired[dict[str, Any]]
     step_run_id: NotRequired[str | None]
     task_run_id: NotRequired[str | None]
@@ -47,11 +58,10 @@ class Event(TypedDict):
     schema_version: NotRequired[int]
 
 
+@with_config(ConfigDict(extra="allow"))
 class Command(TypedDict):
     """One step run (or one loop iteration, or a whole ``exec: local`` loop) for one worker: typed
     and checked like ``Event``, once, where it enters the worker (``decode_command``)."""
-
-    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
 
     command_id: str
     execution_id: str
@@ -64,6 +74,7 @@ class Command(TypedDict):
     ctx: NotRequired[Any]  # the execution's ctx, or a reference to it
     workload: NotRequired[Any]
     playbook_digest: NotRequired[str]
+    local: NotRequired[dict[str, Any]]  # a whole exec: local loop for one worker (SEMANTICS §21)
     partition: NotRequired[int | None]
     parent_execution_id: NotRequired[str | None]
     trace_id: NotRequired[str | None]
@@ -81,7 +92,7 @@ def make_event(
     execution_id: str,
     timestamp: str,
     source: Source,
-    name: str,
+    name: EventName,
     entity_type: EntityType,
     entity_id: str,
     status: Status,
@@ -91,8 +102,10 @@ def make_event(
     parent_execution_id: str | None = None,
     trace_id: str | None = None,
     cause_id: str | None = None,
-) -> dict[str, Any]:
-    event: dict[str, Any] = {
+) -> Event:
+    """An event as a plain dict (the hot path never builds an object), with the correlation
+    fields that say something: the one way events are built."""
+    event: Event = {
         "event_id": event_id,
         "execution_id": execution_id,
         "timestamp": timestamp,
@@ -119,7 +132,7 @@ def make_event(
     return event
 
 
-def trace_of(event: dict[str, Any]) -> str:
+def trace_of(event: Event | dict[str, Any]) -> str:
     """An event's trace id: absent on the wire when it is the execution's own id."""
     return str(event.get("trace_id") or event["execution_id"])
 

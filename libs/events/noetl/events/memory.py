@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from noetl.events.memory_schedules import Schedules
 from noetl.events.port import (
     BusError,
+    Delivery,
     Entry,
     KeyExistsError,
     Message,
@@ -145,7 +146,7 @@ class MemoryBus:
         self._kv: dict[str, _KeyValue] = {}
         self._objects: dict[str, _Objects] = {}
         self._subs: list[_Subscription] = []
-        self._delivering: set[asyncio.Task[None]] = set()
+        self._delivering: set[asyncio.Future[None]] = set()
         self._schedules = Schedules(self)  # JetStream message scheduling (``memory_schedules``)
 
     # --- streams --------------------------------------------------------------------------
@@ -220,7 +221,7 @@ class MemoryBus:
         self._schedules.stored(stream, message)
         for sub in self._subs:
             if subject_matches(sub.subject, subject):
-                task = asyncio.create_task(sub.cb(message))  # as NATS: the publisher does not wait
+                task = asyncio.ensure_future(sub.cb(message))  # as NATS: the publisher does not wait
                 self._delivering.add(task)
                 task.add_done_callback(self._delivering.discard)
         await asyncio.sleep(0)  # a publish is I/O: let others run, as they would on NATS
@@ -238,7 +239,9 @@ class MemoryBus:
             raise BusError(f"stream {stream} is a work queue: read it through a queue")
         return st.select(filters, start_seq, before_seq)
 
-    async def follow(self, stream: str, filters: list[str], *, start_seq: int = 1) -> AsyncIterator[Message]:
+    async def follow(
+        self, stream: str, filters: list[str], *, start_seq: int = 1
+    ) -> AsyncGenerator[Message, None]:
         nxt = start_seq
         st = self._stream(stream)
         waiter = st.waiter(filters)
@@ -393,13 +396,13 @@ class _Queue:
         self.done = {q for q in self.done if q >= self.floor}
         return out
 
-    async def fetch(self, batch: int, timeout: float) -> list[_Delivery]:
+    async def fetch(self, batch: int, timeout: float) -> list[Delivery]:
         deadline = self.bus.clock() + timeout
         while True:
             now = self.bus.clock()
             ready = self._ready(now)[:batch]
             if ready:
-                out = []
+                out: list[Delivery] = []
                 for m in ready:
                     p = self.state[m.seq]
                     p.delivered += 1

@@ -88,6 +88,8 @@ class _Pattern:
         return self._cron_after(max(due, now))
 
     def _cron_after(self, t: float) -> float:
+        if self.cron is None:
+            raise ValueError("not a cron schedule")  # a pattern has one of at, every, cron
         start = datetime.fromtimestamp(t, self.zone)
         return float(croniter(self.cron, start, second_at_beginning=True).get_next(float))
 

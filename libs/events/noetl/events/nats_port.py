@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import io
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import nats.errors
@@ -39,7 +39,9 @@ from nats.js.errors import (
 
 from noetl.events.outbox import Outbox
 from noetl.events.port import (
+    Bus,
     BusError,
+    Delivery,
     Entry,
     KeyExistsError,
     Message,
@@ -50,9 +52,10 @@ from noetl.events.port import (
     RefusedError,
     RevisionMismatchError,
     StreamConfig,
+    UnavailableError,
 )
 from noetl.events.puller import Puller, PullError, ack_stored, consumer_sequence
-from noetl.events.retry import is_transient, retrying
+from noetl.events.retry import describe, is_transient, retrying
 from noetl.events.streams import ensure_all, ensure_consumer, ensure_kv, ensure_object_store
 from noetl.events.subjects import consumer_delete_subject, kv_subject
 
@@ -62,12 +65,13 @@ log = logging.getLogger("noetl.events")
 _READER_CHECK_EVERY = 3.0
 
 
-def as_bus(conn: Any, *, replicas: int | None = None) -> Any:
+def as_bus(conn: Any, *, replicas: int | None = None) -> Bus:
     """The bus port (``noetl.events.port``) of what a caller holds: a bus as it is (``NatsBus``
     or the in-memory twin), a nats-py connection or JetStream context wrapped in a ``NatsBus``.
     The one place that tells them apart, so services and stores accept either."""
     if hasattr(conn, "queue") and hasattr(conn, "outbox"):
-        return conn
+        bus: Bus = conn
+        return bus
     if isinstance(conn, JetStreamContext):
         return NatsBus.of(conn, replicas=replicas)
     return NatsBus(conn, replicas=replicas)
@@ -161,7 +165,9 @@ class NatsBus:
                 await self.js.delete_consumer(stream, name)
         return out
 
-    async def follow(self, stream: str, filters: list[str], *, start_seq: int = 1) -> AsyncIterator[Message]:
+    async def follow(
+        self, stream: str, filters: list[str], *, start_seq: int = 1
+    ) -> AsyncGenerator[Message, None]:
         """Over ``reader``: a consumer lost with a node, a restart or a long disconnect (or a
         message lost on the way) is noticed, and a new one goes on after the last message given."""
         nxt = start_seq
@@ -256,6 +262,36 @@ class NatsBus:
 
     async def objects(self, bucket: str) -> _NatsObjects:
         return _NatsObjects(await ensure_object_store(self.js, bucket, replicas=self.replicas))
+
+
+_STREAM_NOT_FOUND = 10059  # nats-server's JSStreamNotFoundErr
+
+
+def port_error(e: BaseException) -> BusError | None:
+    """The port's error for a failure of nats-py (None when ``e`` is not one): the adapter's
+    translation, so that what crosses the port is ``noetl.events.port``'s family and nats-py's
+    classes and JetStream's error codes are read here alone. ``__cause__`` keeps the original.
+
+    Passing by itself (``is_transient``: time-outs, no responders, a reconnect, no leader) is
+    ``UnavailableError``; a message that can never be stored is ``RefusedError``; a stream that
+    is not there ``NoStreamError``; any other nats-py failure a plain ``BusError``.
+    """
+    if isinstance(e, BusError):
+        return e
+    if not isinstance(e, nats.errors.Error | APIError | TimeoutError):
+        return None
+    out: BusError
+    text = describe(e)
+    if is_transient(e):
+        out = UnavailableError(text)
+    elif never_storable(e):
+        out = RefusedError(text)
+    elif isinstance(e, NotFoundError) and e.err_code == _STREAM_NOT_FOUND:
+        out = NoStreamError(text)
+    else:
+        out = BusError(text)
+    out.__cause__ = e
+    return out
 
 
 def never_storable(e: BaseException) -> bool:
@@ -375,7 +411,7 @@ class _NatsQueue:
     def __init__(self, puller: Puller) -> None:
         self._puller = puller
 
-    async def fetch(self, batch: int, timeout: float) -> list[_NatsDelivery]:
+    async def fetch(self, batch: int, timeout: float) -> list[Delivery]:
         return [_NatsDelivery(m) for m in await self._puller.fetch(batch, wait=max(timeout, 0.01))]
 
     async def close(self, *, nak: bool = True) -> None:

@@ -13,7 +13,7 @@ from noetl.events import subjects as s
 from noetl.events.envelope import loads
 from noetl.events.refs import is_reference
 
-__all__ = ["is_reference", "resolve"]
+__all__ = ["expand", "is_reference", "resolve"]
 
 
 async def resolve(conn: Any, ref: dict[str, Any]) -> Any:
@@ -32,3 +32,17 @@ def _checked(ref: dict[str, Any], data: bytes) -> Any:
     if want and want != "sha256:" + hashlib.sha256(data).hexdigest():
         raise ValueError(f"object {ref['key']} does not match its checksum {want}")
     return loads(data)
+
+
+async def expand(conn: Any, event: dict[str, Any]) -> dict[str, Any]:
+    """The event with its whole payload where the engine sent it by reference (``payload_ref``,
+    a payload over the event limit, with a summary inline); the summary stays if the object
+    cannot be read (it says how the execution ended all the same)."""
+    payload = event.get("payload")
+    if not isinstance(payload, dict) or not isinstance(payload.get("payload_ref"), dict):
+        return event
+    try:
+        full = await resolve(conn, payload["payload_ref"])
+    except Exception:
+        return event
+    return {**event, "payload": full} if isinstance(full, dict) else event

@@ -33,13 +33,20 @@ What the operations promise (JetStream's own rules, kept by the twin):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 
 class BusError(Exception):
     """A transport failure the caller may retry (the twin raises it as NATS would)."""
+
+
+class UnavailableError(BusError):
+    """Not now, not this request's fault: a time-out, no responder, a reconnecting connection,
+    a stream or cluster without a leader (an election takes seconds). The same request sent again
+    with the same ids succeeds once the bus is back, and a repeat of one that did land is dropped
+    by the duplicate window, so callers wait these out (``noetl.events.retry``)."""
 
 
 class NoStreamError(BusError):
@@ -214,7 +221,12 @@ class Bus(Protocol):
         self, stream: str, filters: list[str], *, start_seq: int = 1, before_seq: int | None = None
     ) -> list[Message]: ...
 
-    def follow(self, stream: str, filters: list[str], *, start_seq: int = 1) -> AsyncIterator[Message]: ...
+    def follow(
+        self, stream: str, filters: list[str], *, start_seq: int = 1
+    ) -> AsyncGenerator[Message, None]:
+        """A stream's messages from ``start_seq`` on, waiting for new ones; ``aclose()`` it to
+        release what it holds (its consumer) rather than leave that to the garbage collector."""
+        ...
 
     async def reader(self, stream: str, filters: list[str], *, start_seq: int = 1, name: str = "") -> Reader:
         """``name`` names the reader where the transport shows it (a consumer name)."""

@@ -60,6 +60,6 @@ class Publisher:
         token = str(self._n)
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._pending[token] = fut
-        fut.add_done_callback(lambda _f, t=token: self._pending.pop(t, None))  # cancelled: forget it
+        fut.add_done_callback(lambda _f: self._pending.pop(token, None))  # cancelled: forget it
         await self.nc.publish(subject, data, reply=self.prefix + token, headers=headers)
         return fut

@@ -70,7 +70,9 @@ class Puller:
         self.requests = 0  # pull requests sent, for tests and benchmarks
 
     async def start(self) -> Puller:
-        kw = {} if self._pending_bytes_limit is None else {"pending_bytes_limit": self._pending_bytes_limit}
+        kw: dict[str, Any] = {}
+        if self._pending_bytes_limit is not None:
+            kw["pending_bytes_limit"] = self._pending_bytes_limit
         self._sub = await self.nc.subscribe(self.inbox, cb=self._on_msg, **kw)
         self._reconnects = self.nc.stats["reconnects"]
         return self
@@ -92,8 +94,8 @@ class Puller:
     async def _on_msg(self, msg: Msg) -> None:
         loop = asyncio.get_running_loop()
         self._last_heard = loop.time()
-        headers = msg.headers
-        status = headers.get("Status") if headers else None
+        headers = msg.headers or {}
+        status = headers.get("Status")
         if status is None:
             self._credit = max(self._credit - 1, 0)
             self._buf.append(msg)

@@ -37,7 +37,11 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
 # cluster is still forming (10004 JSClusterIncomplete), no peer can take a replica yet (10005
 # JSClusterNoPeers), the group is not assigned here yet (10007), the meta group or the stream has no
 # leader (10008 JSClusterNotAvail, 10009 JSClusterNotLeader), a peer is not a member yet (10040)
-_TRANSIENT_ERR_CODES = frozenset({10004, 10005, 10007, 10008, 10009, 10040})
+_TRANSIENT_ERR_CODES = frozenset({10004, 10005, 10007, 10008, 10009, 10040, 10158})
+# 10158 (409 "duplicate message id is in process") is not a refusal: a publish with the same
+# ``Nats-Msg-Id`` is being stored right now (ours, sent again after a lost ack, or a redelivered
+# command's). Sent again it answers as a duplicate of the stored one; treating it as a failure made
+# a worker nak its command and run the tool a second time (duplicate effects without a crash).
 
 
 def is_transient(e: BaseException) -> bool:

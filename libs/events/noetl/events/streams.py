@@ -176,19 +176,22 @@ async def _reconcile_replicas(js: JetStreamContext, name: str, want: int | None)
 
 async def ensure_stream(js: JetStreamContext, cfg: StreamConfig, want: int | None) -> None:
     """Create ``cfg`` when missing; an existing stream is brought to ``want`` copies."""
+    name = cfg.name
+    if name is None:
+        raise ValueError("a stream declaration without a name")
     try:
-        await js.stream_info(cfg.name)
+        await js.stream_info(name)
     except NotFoundError:
         try:
             await js.add_stream(cfg)
             return
         except BadRequestError:  # another service created it between our look and our create
-            await _shown(lambda: js.stream_info(cfg.name), cfg.name)
+            await _shown(lambda: js.stream_info(name), name)
         except APIError as e:
             if e.err_code in _PLACEMENT_ERR_CODES:
-                raise _placement_error(cfg.name, cfg.num_replicas or 1, e) from e
+                raise _placement_error(name, cfg.num_replicas or 1, e) from e
             raise
-    await _reconcile_replicas(js, cfg.name, want)
+    await _reconcile_replicas(js, name, want)
 
 
 async def ensure_all(

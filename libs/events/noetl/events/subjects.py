@@ -7,6 +7,8 @@ parses them, and ``docs/nats-contract.md`` lists them. Change them only on purpo
 
 from __future__ import annotations
 
+from noetl.events import vocabulary
+
 EVENTS_STREAM = "NOETL_EVENTS"
 COMMANDS_STREAM = "NOETL_COMMANDS"
 REQUESTS_STREAM = "NOETL_REQUESTS"
@@ -51,22 +53,8 @@ RESULTS_BUCKET = "noetl_results"
 
 DEFAULT_POOL = "default"
 
-# The events the server decides on. Everything else in the log (step.started, task.*, and the
-# server's own decisions) is there for people and tools, not as input to the engine.
-SERVER_INPUT_EVENTS: tuple[str, ...] = (
-    "playbook.execution.requested",
-    "step.done",
-    "step.failed",
-    "loop.iteration.done",
-    "loop.iteration.failed",
-    "loop.local.stopped",  # an exec: local loop's worker started no more iterations (SEMANTICS §21)
-    "execution.cancel.requested",
-    # time and the outside world (SEMANTICS §16, §17): written by the server's adapters
-    "timer.fired",
-    "signal.received",
-    "execution.pause.requested",
-    "execution.resume.requested",
-)
+# The events the server decides on, declared with the rest of the names in the vocabulary.
+SERVER_INPUT_EVENTS = vocabulary.SERVER_INPUT_EVENTS
 
 
 def partition_of(execution_id: str, partitions: int = 1) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any
 
 import structlog
@@ -63,7 +63,7 @@ class _MaskingRenderer:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
 
-    def __call__(self, logger: Any, name: str, event_dict: dict[str, Any]) -> str:
+    def __call__(self, logger: Any, name: str, event_dict: MutableMapping[str, Any]) -> str:
         line = self.inner(logger, name, event_dict)
         return mask(line) if _masker else line
 

@@ -19,6 +19,7 @@ from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
 from noetl.events.clock import utc_now
 from noetl.events.nats_port import NatsBus, as_bus
+from noetl.events.port import Bus
 from noetl.events.port import StreamConfig as PortStream
 from noetl.events.streams import ensure_stream, replicas_wanted
 
@@ -57,7 +58,7 @@ async def ensure_audit_stream(js: Any, replicas: int | None = None) -> None:
 
 
 async def record_credential_access(
-    js: JetStreamContext,
+    js: Bus | JetStreamContext,
     *,
     action: str,
     credential: str,

@@ -17,6 +17,7 @@ from typing import Any
 from noetl.dsl import load_playbook
 from noetl.dsl.cache import digest_of
 from noetl.events import subjects as s
+from noetl.events.envelope import Event
 from noetl.events.nats_port import as_bus
 from noetl.events.port import Bus, KeyValue, ObjectStore
 
@@ -80,7 +81,7 @@ class Catalog:
         data = await (await self._object_store()).get(digest)
         return None if data is None else data.decode()
 
-    async def with_playbook_text(self, event: dict[str, Any]) -> dict[str, Any]:
+    async def with_playbook_text(self, event: Event) -> Event:
         """A ``playbook.execution.requested`` event as the engine reads it: with its playbook's text.
 
         The event carries the text itself unless that would not fit in one message; then it

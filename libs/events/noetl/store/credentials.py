@@ -151,7 +151,8 @@ class CredentialStore:
         entry = await self.kv.get(check_name(name))
         if entry is None or not entry.value:
             return None
-        return json.loads(entry.value)
+        record: dict[str, Any] = json.loads(entry.value)
+        return record
 
     async def exists(self, name: str) -> bool:
         """Whether ``name`` is stored; needs no key."""

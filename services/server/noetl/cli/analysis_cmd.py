@@ -167,7 +167,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return asyncio.run(replay(args))
 
 
-def add_parsers(sub: argparse._SubParsersAction, nats_url_default: str) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_url_default: str) -> None:
     p = sub.add_parser(
         "check", help="static analysis: dead arcs, joins that never admit, unbounded cycles..."
     )

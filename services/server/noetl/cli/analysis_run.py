@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from noetl.dsl.validate import read_text, validate_text
+from noetl.events.envelope import Event
 
 
 def _valid_text(file: str) -> str | None:
@@ -23,7 +24,7 @@ def _valid_text(file: str) -> str | None:
     return None if problems else text
 
 
-async def read_events(nats_url: str, execution_id: str) -> list[dict[str, Any]]:
+async def read_events(nats_url: str, execution_id: str) -> list[Event]:
     """The execution's log as the engine folds it (the request with its playbook's text)."""
     from noetl.events.bus import connect, read_execution_events
     from noetl.store.catalog import Catalog
@@ -37,12 +38,15 @@ async def read_events(nats_url: str, execution_id: str) -> list[dict[str, Any]]:
         await nc.close()
 
 
-def _events_file(path: str) -> list[dict[str, Any]]:
+def _events_file(path: str) -> list[Event]:
+    """Events saved as JSON (``noetl run --json``'s object, or a bare list): read as they were
+    written, unchecked, like the log they came from."""
     data = json.loads(Path(path).read_text())
-    return data.get("events", []) if isinstance(data, dict) else data
+    events: list[Event] = data.get("events", []) if isinstance(data, dict) else data
+    return events
 
 
-async def _execution_playbook(nats_url: str, execution_id: str) -> tuple[list[dict[str, Any]], str | None]:
+async def _execution_playbook(nats_url: str, execution_id: str) -> tuple[list[Event], str | None]:
     """The execution's events and the text of the playbook it ran: the text its request event
     keeps, else the catalog's copy by the recorded digest (every request's text is stored there
     before it is accepted), else the catalog's entry for the recorded path and version when that
@@ -72,7 +76,7 @@ async def _execution_playbook(nats_url: str, execution_id: str) -> tuple[list[di
         await nc.close()
 
 
-def _request_of(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _request_of(events: list[Event]) -> dict[str, Any] | None:
     """The payload of the execution's ``playbook.execution.requested`` event, if recorded."""
     for e in events:
         if e.get("name") == "playbook.execution.requested":
@@ -140,7 +144,7 @@ async def graph(args: argparse.Namespace) -> int:
         text = _valid_text(args.file)
         if text is None:
             return 2
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
     recorded: str | None = None
     if args.events:
         events = _events_file(args.events)

@@ -184,10 +184,12 @@ async def run_embedded(
         for part in reversed(console):
             with contextlib.suppress(Exception):
                 await part.stop()
-        for svc in (worker, server):
-            if svc is not None:
-                with contextlib.suppress(Exception):
-                    await svc.stop() if svc is server else await svc.stop(drain=False)
+        if worker is not None:
+            with contextlib.suppress(Exception):
+                await worker.stop(drain=False)
+        if server is not None:
+            with contextlib.suppress(Exception):
+                await server.stop()
         if nc is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(nc.close(), 2)

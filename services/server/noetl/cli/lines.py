@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from noetl.client.activity import Activity
+from noetl.events.vocabulary import EventName
 
 _TIME = re.compile(r"T(\d\d:\d\d:\d\d)(\.\d{1,3})?")
 MAX_MESSAGE = 240
@@ -57,13 +58,13 @@ def _duration(outcome: dict[str, Any]) -> str:
 
 
 def _detail(ev: dict[str, Any], p: dict[str, Any]) -> str:
-    name = ev.get("name")
+    name: EventName | None = ev.get("name")  # so each name compared below is checked
     if name == "task.started":
         attempt = p.get("attempt")
         again = isinstance(attempt, int) and attempt > 1
         return f"{p.get('kind', '')}" + (f", attempt {attempt}" if again else "")
     if name == "task.done":
-        outcome = p.get("outcome") if isinstance(p.get("outcome"), dict) else {}
+        outcome = raw if isinstance(raw := p.get("outcome"), dict) else {}
         parts = [_duration(outcome), error_text(outcome.get("error"))]
         if "output" in p:
             out = p["output"]
@@ -92,7 +93,7 @@ class EventLines:
 
     def line(self, ev: dict[str, Any]) -> str:
         self.activity.feed(ev)
-        p = ev.get("payload") if isinstance(ev.get("payload"), dict) else {}
+        p = raw if isinstance(raw := ev.get("payload"), dict) else {}
         assert isinstance(p, dict)
         kind = ev.get("entity_type")
         if kind in ("step", "loop", "next"):

@@ -310,13 +310,13 @@ async def _catalog(args: argparse.Namespace) -> int:
                     print(f"{f}:0: <file>: cannot read: {e.strerror}", file=sys.stderr)
                     failed += 1
                 except PlaybookInvalidError as e:
-                    for p in e.problems or [e.message]:
-                        print(p, file=sys.stderr)
+                    for line in [str(p) for p in e.problems] or [e.message]:
+                        print(line, file=sys.stderr)
                     failed += 1
             return 2 if failed else 0
         elif args.action == "list":
-            for e in await cat.list():
-                print(json.dumps(e))
+            for entry in await cat.list():
+                print(json.dumps(entry))
         else:
             text = await cat.get(args.files[0], args.version)
             if text is None:

@@ -119,6 +119,8 @@ def _outside_note(e: dict[str, Any]) -> str:
     if e.get("paused"):
         notes.append("paused")
     notes += [f"waiting: step {w.get('step')} for signal {w.get('signal')!r}" for w in e.get("waiting") or []]
+    if e.get("stalled"):
+        notes.append(f"{e['stalled']['state']} {e['stalled']['idle_s']:.0f} s")
     return "".join(f"  ({n})" for n in notes)
 
 
@@ -239,7 +241,7 @@ def client_parser(
 ) -> argparse.ArgumentParser:
     """A command that talks to a deployment: ``--nats-url`` and ``--timeout``, and ``fn`` run
     with a client (``afn``: the coroutine, for callers with a loop and a client of their own)."""
-    p = sub.add_parser(name, help=help_text)
+    p: argparse.ArgumentParser = sub.add_parser(name, help=help_text)
     p.add_argument(
         "--nats-url", default=nats_url_default, help="NATS URL, or a comma-separated list of a cluster's"
     )

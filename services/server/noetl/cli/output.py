@@ -73,6 +73,9 @@ def summary(out: dict[str, Any], file: str | None = None, text: str | None = Non
             f"  waiting: step {w['step']} for signal {w['signal']!r} since {w['since']}{limit} "
             f"(`noetl signal {out['execution_id']} {w['signal']} --data JSON`)"
         )
+    stalled = out.get("stalled")  # `noetl status`: no event for a while, waiting for nothing declared
+    if stalled:
+        lines.append(f"  {stalled['state']}: no event for {stalled['idle_s']:.0f} s: {stalled['reason']}")
     err = out.get("error")
     if err:
         lines.append(f"error: {err.get('kind')}: {err.get('message')}")

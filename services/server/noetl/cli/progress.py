@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from noetl.cli.lines import error_text, output_lines, where
 from noetl.client.activity import Activity, StepRun
+from noetl.events.vocabulary import EventName
 
 log = logging.getLogger("noetl.cli")
 
@@ -80,7 +81,7 @@ class Progress:
             glyphs.encode(getattr(stream, "encoding", None) or "ascii")
         except (UnicodeEncodeError, LookupError):
             glyphs = "+x#-"
-        self._ok, self._bad, self._full, self._empty = glyphs
+        self._ok, self._bad, self._full, self._empty = tuple(glyphs)
 
     def _color(self, code: str, text: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if self.live else text
@@ -97,7 +98,7 @@ class Progress:
     def feed(self, ev: dict[str, Any]) -> None:
         if self._closed:
             return
-        name = ev.get("name")
+        name: EventName | None = ev.get("name")  # so each name compared below is checked
         run = self.activity.feed(ev)
         if run is not None:
             self._started.setdefault(run.run_id, self.clock())

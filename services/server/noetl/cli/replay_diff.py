@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from noetl.engine import is_input, replay
+from noetl.events.envelope import Event
 
 _TIMES = frozenset({"timestamp", "started_at", "finished_at", "duration_ms"})
 
@@ -31,7 +32,7 @@ def _strip(value: Any) -> Any:
     return value
 
 
-def _key(ev: dict[str, Any]) -> str:
+def _key(ev: Event) -> str:
     return json.dumps(
         [
             ev.get("name"),
@@ -48,8 +49,8 @@ def _key(ev: dict[str, Any]) -> str:
 @dataclass
 class Diff:
     kind: str  # changed | recorded_only | replayed_only
-    recorded: dict[str, Any] | None = None
-    replayed: dict[str, Any] | None = None
+    recorded: Event | None = None
+    replayed: Event | None = None
 
     def describe(self) -> str:
         if self.kind == "changed":
@@ -62,7 +63,7 @@ class Diff:
 @dataclass
 class Divergence:
     index: int  # the position of the cause among the execution's inputs (1-based)
-    cause: dict[str, Any]
+    cause: Event
     diffs: list[Diff] = field(default_factory=list)
 
     def describe(self) -> str:
@@ -101,7 +102,7 @@ class ReplayReport:
         }
 
 
-def _show(ev: dict[str, Any] | None) -> str:
+def _show(ev: Event | None) -> str:
     if ev is None:
         return "nothing"
     name, entity, payload = ev.get("name"), ev.get("entity_id"), ev.get("payload") or {}
@@ -117,7 +118,7 @@ def _show(ev: dict[str, Any] | None) -> str:
     return f"{name} `{entity}`"
 
 
-def _swap_playbook(events: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+def _swap_playbook(events: list[Event], text: str) -> list[Event]:
     out = []
     for ev in events:
         if ev.get("name") == "playbook.execution.requested":
@@ -127,16 +128,16 @@ def _swap_playbook(events: list[dict[str, Any]], text: str) -> list[dict[str, An
     return out
 
 
-def replay_diff(events: list[dict[str, Any]], playbook_text: str | None = None) -> ReplayReport:
+def replay_diff(events: list[Event], playbook_text: str | None = None) -> ReplayReport:
     """Fold ``events`` through the engine (with ``playbook_text`` instead of the recorded playbook
     when given) and compare the decisions with the recorded server events."""
     source = _swap_playbook(events, playbook_text) if playbook_text is not None else events
     _, decisions = replay(source)
-    replayed: dict[str, list[dict[str, Any]]] = {}
+    replayed: dict[str, list[Event]] = {}
     for d in decisions:
         for ev in d.events:
             replayed.setdefault(str(ev.get("cause_id")), []).append(ev)
-    recorded: dict[str, list[dict[str, Any]]] = {}
+    recorded: dict[str, list[Event]] = {}
     for ev in events:
         if (
             ev.get("source") == "server"

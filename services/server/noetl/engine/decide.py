@@ -12,8 +12,6 @@ itself, plus ``playbook.execution.requested``; the engine's own outputs are neve
 
 from __future__ import annotations
 
-from typing import Any
-
 from noetl.dsl.cache import parse_playbook, template_engine
 from noetl.dsl.errors import EventBytesLimitError, ExecutionCancelledError, KeychainUnresolvedError
 from noetl.dsl.specmerge import deep_merge
@@ -22,12 +20,13 @@ from noetl.engine.emitter import Decision, Emitter
 from noetl.engine.endings import ending
 from noetl.engine.limits import DEFAULT_MAX_EVENT_BYTES, by_reference, execution_limit, size
 from noetl.engine.state import ExecutionState
-from noetl.events.envelope import trace_of
+from noetl.events import vocabulary
+from noetl.events.envelope import Event, trace_of
 
 __all__ = ["Decision", "decide", "is_input", "new_state"]
 
 
-def new_state(event: dict[str, Any]) -> ExecutionState:
+def new_state(event: Event) -> ExecutionState:
     """The state an execution starts in, from its ``playbook.execution.requested`` event."""
     p = event["payload"]
     playbook = parse_playbook(p["playbook"], p.get("file") or p.get("path") or "<request>")
@@ -43,31 +42,17 @@ def new_state(event: dict[str, Any]) -> ExecutionState:
     )
 
 
-def is_input(event: dict[str, Any]) -> bool:
+def is_input(event: Event) -> bool:
+    """Whether the engine decides on this event: the outside inputs whoever wrote them, and a
+    worker's terminal events (the server writes step.done / step.failed too, as outputs)."""
     name = event.get("name")
     if name in _OUTSIDE_INPUTS:
         return True
-    return event.get("source") == "worker" and name in (
-        "step.done",
-        "step.failed",
-        "loop.iteration.done",
-        "loop.iteration.failed",
-        "loop.local.stopped",
-    )
+    return event.get("source") == "worker" and name in _WORKER_TERMINALS
 
 
-# inputs whoever writes them (the server's adapters do): requests, cancels, and time and the
-# outside world (SEMANTICS §16, §17)
-_OUTSIDE_INPUTS = frozenset(
-    {
-        "playbook.execution.requested",
-        "execution.cancel.requested",
-        "timer.fired",
-        "signal.received",
-        "execution.pause.requested",
-        "execution.resume.requested",
-    }
-)
+_OUTSIDE_INPUTS = frozenset(vocabulary.OUTSIDE_INPUTS)
+_WORKER_TERMINALS = frozenset(vocabulary.WORKER_TERMINAL_EVENTS)
 
 
 # filter work one decision's renders may do together (each render also has its own limit): the
@@ -75,12 +60,12 @@ _OUTSIDE_INPUTS = frozenset(
 DECISION_WORK = 2_000_000
 
 
-def decide(state: ExecutionState, event: dict[str, Any]) -> Decision:
+def decide(state: ExecutionState, event: Event) -> Decision:
     with template_engine(state.playbook).shared_budget(DECISION_WORK):
         return _decide(state, event)
 
 
-def _decide(state: ExecutionState, event: dict[str, Any]) -> Decision:
+def _decide(state: ExecutionState, event: Event) -> Decision:
     em = Emitter(state, event)
     if state.finished:
         return em.out
@@ -118,6 +103,8 @@ def _decide(state: ExecutionState, event: dict[str, Any]) -> Decision:
         outside.on_pause(state, event, em)
     elif name == "execution.resume.requested":
         outside.on_resume(state, event, em)
+    elif name == "execution.abort.requested":
+        outside.on_abort(state, event, em)
     _check_event_bytes(state, em)
     outside.stop_idle(state, em)
     _maybe_finish(state, em)
@@ -142,7 +129,7 @@ def _check_event_bytes(state: ExecutionState, em: Emitter) -> None:
             loops.maybe_end_loop(state, run, em)
 
 
-def _on_requested(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
+def _on_requested(state: ExecutionState, event: Event, em: Emitter) -> None:
     p = event["payload"]
     missing = list(p.get("keychain_missing") or [])
     meta = state.playbook.metadata

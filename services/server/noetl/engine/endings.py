@@ -7,14 +7,14 @@ client waiting on either event reads the same shape whichever path wrote it.
 
 from __future__ import annotations
 
-from typing import Any
+from noetl.events.vocabulary import EntityType, EventName, Status
 
 
 def ending(
-    status: str, *, result: Any = None, error: dict[str, Any] | None = None, ctx: Any = None
-) -> list[tuple[str, str, str, dict[str, Any]]]:
+    status: str, *, result: object = None, error: dict[str, object] | None = None, ctx: object = None
+) -> list[tuple[EventName, EntityType, Status, dict[str, object]]]:
     """``(name, entity_type, event status, payload)`` of the two closing events, in order."""
-    outcome = "success" if status == "success" else "error"
+    outcome: Status = "success" if status == "success" else "error"
     return [
         (
             "workflow.finished",

@@ -8,18 +8,18 @@ needed to rebuild the state (they are what ``decide`` produces again), which is 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from noetl.engine.decide import Decision, decide, is_input, new_state
 from noetl.engine.state import ExecutionState
+from noetl.events.envelope import Event
 
 
-def fold(events: Iterable[dict[str, Any]]) -> ExecutionState | None:
+def fold(events: Iterable[Event]) -> ExecutionState | None:
     state, _ = replay(events)
     return state
 
 
-def replay(events: Iterable[dict[str, Any]]) -> tuple[ExecutionState | None, list[Decision]]:
+def replay(events: Iterable[Event]) -> tuple[ExecutionState | None, list[Decision]]:
     state: ExecutionState | None = None
     decisions: list[Decision] = []
     for ev in events:

@@ -3,7 +3,7 @@ what bounds an execution and what leaves an event as a reference."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from noetl.dsl.errors import PayloadTooLargeError
 from noetl.dsl.model import Step
@@ -25,7 +25,7 @@ MAX_EVENT_PAYLOAD = 256 * 1024
 MAX_COMMAND_BYTES = 900 * 1024
 
 
-def size(value: Any) -> int:
+def size(value: object) -> int:
     return len(dumps(value))
 
 
@@ -70,12 +70,12 @@ def too_large(state: ExecutionState, run: RunState) -> PayloadTooLargeError | No
 
 def by_reference(
     state: ExecutionState,
-    value: Any,
+    value: object,
     key: str,
     out: Decision,
     limit: int | None = None,
     step: Step | None = None,
-) -> Any:
+) -> object:
     """A value too large for an event leaves as ``{store, key, size, checksum}`` (SEMANTICS §11).
 
     Pure: the bytes and the reference are computed here; the adapter stores the bytes before it

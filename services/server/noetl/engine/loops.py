@@ -14,19 +14,20 @@ from noetl.dsl.errors import (
     NoetlError,
     ReducerTypeError,
 )
-from noetl.dsl.model import Step
+from noetl.dsl.model import Loop, Step
 from noetl.dsl.reducers import apply_reduced
 from noetl.engine import routing
 from noetl.engine.emitter import Emitter
 from noetl.engine.limits import DEFAULT_MAX_LOOP_ITEMS, by_reference, execution_limit, too_large
-from noetl.engine.state import ExecutionState, LoopState, RunState
+from noetl.engine.state import EventView, ExecutionState, LoopState, RunState
+from noetl.events.envelope import Event
 
 # the items of an exec: local loop travel in its command up to this size, by reference beyond
 LOCAL_ITEMS_INLINE = 64 * 1024
 
 
 def start_loop(
-    state: ExecutionState, step: Step, run: RunState, trigger: dict[str, Any] | None, em: Emitter
+    state: ExecutionState, step: Step, run: RunState, trigger: EventView | None, em: Emitter
 ) -> None:
     assert step.loop is not None
     try:
@@ -95,7 +96,7 @@ def _dispatch(state: ExecutionState, step: Step, run: RunState, em: Emitter) -> 
         em.command(run, index=i, iter_=iter_)
 
 
-def _dispatch_local(state: ExecutionState, spec: Any, run: RunState, em: Emitter) -> None:
+def _dispatch_local(state: ExecutionState, spec: Loop, run: RunState, em: Emitter) -> None:
     """``exec: local``: one command carries the whole loop to one worker, which runs the
     iterations and reports each with the same events; every iteration counts as in flight
     until its event (or the worker's ``loop.local.stopped`` for those it never started)."""
@@ -117,7 +118,7 @@ def _dispatch_local(state: ExecutionState, spec: Any, run: RunState, em: Emitter
     em.command(run, local=local)
 
 
-def on_local_stopped(state: ExecutionState, run: RunState, event: dict[str, Any], em: Emitter) -> None:
+def on_local_stopped(state: ExecutionState, run: RunState, event: Event, em: Emitter) -> None:
     """The worker of an ``exec: local`` loop started no more iterations (a fail_fast failure, a
     cancel, the run stopped): those it never started are no longer in flight."""
     loop = run.loop
@@ -142,7 +143,7 @@ def resume_loop(state: ExecutionState, run: RunState, em: Emitter) -> None:
     maybe_end_loop(state, run, em)
 
 
-def on_iteration(state: ExecutionState, run: RunState, event: dict[str, Any], em: Emitter) -> None:
+def on_iteration(state: ExecutionState, run: RunState, event: Event, em: Emitter) -> None:
     loop = run.loop
     assert loop is not None
     p = event.get("payload") or {}
@@ -188,7 +189,7 @@ def maybe_end_loop(state: ExecutionState, run: RunState, em: Emitter) -> None:
         said = f"an iteration of loop step {run.step} failed"
         err = dict(loop.first_error or IterationFailedError(said).to_dict())
         err.setdefault("message", said)
-        payload = {"result": None, "error": err, **counts}
+        payload: dict[str, Any] = {"result": None, "error": err, **counts}
         em.event("step.failed", "step", run.step, "error", payload, run)
         routing.on_terminal(state, run, "step.failed", payload, em)
     elif not exhausted:

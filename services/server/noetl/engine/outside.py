@@ -12,6 +12,7 @@ from typing import Any
 
 from noetl.dsl.errors import (
     AbortedError,
+    DecisionUnstorableError,
     ExecutionTimeoutError,
     NoetlError,
     SignalTimeoutError,
@@ -20,8 +21,9 @@ from noetl.dsl.errors import (
 from noetl.dsl.model import Step
 from noetl.engine import loops, routing
 from noetl.engine.emitter import Emitter
-from noetl.engine.state import ExecutionState, RunState
+from noetl.engine.state import EventView, ExecutionState, RunState
 from noetl.events.clock import later, not_after
+from noetl.events.envelope import Event
 from noetl.events.ids import derive_id
 
 
@@ -42,7 +44,7 @@ def _passed(due: str, now: str) -> bool:
 
 
 def _arm(
-    state: ExecutionState, em: Emitter, kind: str, at: str, run: RunState | None = None, **extra: Any
+    state: ExecutionState, em: Emitter, kind: str, at: str, run: RunState | None = None, **extra: object
 ) -> str:
     timer_id = derive_id(state.execution_id, run.run_id if run else "", kind)
     em.out.timers.append(
@@ -114,7 +116,23 @@ def stop_run(state: ExecutionState, run: RunState, err: NoetlError, em: Emitter)
     routing.server_step_failed(state, run, err, em)
 
 
-def on_timer(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
+def on_abort(state: ExecutionState, event: Event, em: Emitter) -> None:
+    """The server could not store a decision of this execution (``decision_unstorable``): every
+    run still open ends now, so the execution finishes with the error, nothing new starts, and a
+    rebuild from the log (which replays this input) knows it ended."""
+    payload = event.get("payload") or {}
+    raw = payload.get("error")
+    err = DecisionUnstorableError(
+        str(raw.get("message") if isinstance(raw, dict) else raw or "a decision could not be stored")
+    )
+    routing.unhandled(state, err.to_dict())
+    for run in sorted(state.runs.values(), key=lambda r: r.seq):
+        if run.status in ("running", "waiting"):
+            run.status = "running"
+            stop_run(state, run, err, em)
+
+
+def on_timer(state: ExecutionState, event: Event, em: Emitter) -> None:
     p = event.get("payload") or {}
     kind = p.get("kind")
     if kind == "execution_timeout":
@@ -124,9 +142,9 @@ def on_timer(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
             "(executor.spec.policy.defaults.timeouts.execution_s): raise the limit, or split the work"
         )
         routing.unhandled(state, err.to_dict())
-        for run in sorted(state.runs.values(), key=lambda r: r.seq):
-            if run.status == "running":
-                stop_run(state, run, err, em)
+        for running in sorted(state.runs.values(), key=lambda r: r.seq):
+            if running.status == "running":
+                stop_run(state, running, err, em)
         return
     run = state.runs.get(event.get("step_run_id") or p.get("step_run_id") or "")
     if run is None or p.get("timer_id") not in run.timers:
@@ -144,18 +162,18 @@ def on_timer(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
         stop_run(state, run, _step_timeout(step, run, p.get("limit_s") or 0, knob, since), em)
     elif kind == "signal_timeout" and run.status == "waiting":
         signal = step.lifecycle.await_signal if step.lifecycle else None
-        err = SignalTimeoutError(
+        timed_out = SignalTimeoutError(
             f"step {run.step!r} waited {p.get('limit_s')} seconds for signal {signal!r} and none came "
             f"({step.path}.spec.policy.lifecycle.await.timeout_s): send it in time with "
             f"`noetl signal {state.execution_id} {signal}`, or route signal_timeout with an arc",
             signal=signal,
         )
         run.status = "running"  # so the failure is recorded like any other end of the run
-        routing.server_step_failed(state, run, err, em)
+        routing.server_step_failed(state, run, timed_out, em)
 
 
 def wait(
-    state: ExecutionState, step: Step, run: RunState, trigger: dict[str, Any] | None, em: Emitter
+    state: ExecutionState, step: Step, run: RunState, trigger: EventView | None, em: Emitter
 ) -> None:
     """An admitted token waits at a step with ``lifecycle.await`` for its signal; a signal that
     arrived before it is waiting in the queue and is taken at once."""
@@ -182,14 +200,14 @@ def wait(
             _arm(state, em, "signal_timeout", at, run, limit_s=lc.await_timeout_s)
 
 
-def _take(state: ExecutionState, step: Step, run: RunState, data: Any, em: Emitter) -> None:
+def _take(state: ExecutionState, step: Step, run: RunState, data: object, em: Emitter) -> None:
     disarm(run, em)
     run.status = "running"
     run.args = {**run.args, "signal": data}
     routing.start(state, step, run, run.trigger, em)
 
 
-def on_signal(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
+def on_signal(state: ExecutionState, event: Event, em: Emitter) -> None:
     """A signal is taken by the first run waiting for it (arrival order), else queued by name."""
     p = event.get("payload") or {}
     name, data = p.get("signal"), p.get("data")
@@ -205,13 +223,13 @@ def on_signal(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None
     state.signals.setdefault(name, []).append(data)
 
 
-def hold(state: ExecutionState, run: RunState, trigger: dict[str, Any] | None) -> None:
+def hold(state: ExecutionState, run: RunState, trigger: EventView | None) -> None:
     """A token admitted while the execution is paused waits to be scheduled until it resumes."""
     run.status, run.trigger = "held", trigger
     state.held.append(run.run_id)
 
 
-def on_pause(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
+def on_pause(state: ExecutionState, event: Event, em: Emitter) -> None:
     if state.paused:
         return
     state.paused = True
@@ -219,7 +237,7 @@ def on_pause(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
     em.event("execution.paused", "workflow", state.execution_id, "in_progress", {"reason": reason})
 
 
-def on_resume(state: ExecutionState, event: dict[str, Any], em: Emitter) -> None:
+def on_resume(state: ExecutionState, event: Event, em: Emitter) -> None:
     if not state.paused:
         return
     state.paused = False

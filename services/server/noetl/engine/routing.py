@@ -12,11 +12,11 @@ from noetl.dsl.policy import admit, apply_patch, evaluate_arcs
 from noetl.engine import loops, outside
 from noetl.engine.emitter import Emitter, event_view
 from noetl.engine.limits import DEFAULT_MAX_STEP_RUNS, execution_limit, too_large
-from noetl.engine.state import ExecutionState, RunState
+from noetl.engine.state import EventView, ExecutionState, RunState
 from noetl.events.ids import derive_id
 
 
-def context(state: ExecutionState, args: dict[str, Any], event: dict[str, Any] | None) -> dict[str, Any]:
+def context(state: ExecutionState, args: dict[str, Any], event: EventView | None) -> dict[str, Any]:
     ctx: dict[str, Any] = {
         "workload": state.workload,
         "ctx": state.ctx,
@@ -29,7 +29,7 @@ def context(state: ExecutionState, args: dict[str, Any], event: dict[str, Any] |
 
 
 def arrive(
-    state: ExecutionState, step_name: str, args: dict[str, Any], trigger: dict[str, Any] | None, em: Emitter
+    state: ExecutionState, step_name: str, args: dict[str, Any], trigger: EventView | None, em: Emitter
 ) -> None:
     """A token reaches a step: admission, then scheduling (SEMANTICS §7)."""
     step = state.playbook.step(step_name)
@@ -70,7 +70,7 @@ def arrive(
 
 
 def start(
-    state: ExecutionState, step: Step, run: RunState, trigger: dict[str, Any] | None, em: Emitter
+    state: ExecutionState, step: Step, run: RunState, trigger: EventView | None, em: Emitter
 ) -> None:
     """An admitted token (whose signal, if it awaits one, has come) is scheduled, unless the
     execution is paused: then it is held until it resumes (SEMANTICS §17)."""

@@ -8,9 +8,20 @@ large), never the iterations' events.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from noetl.dsl.model import Playbook
+
+
+class EventView(TypedDict):
+    """What admission, arcs and a loop's ``in`` see as ``event``: the end of the step run that
+    routed the token here (``emitter.event_view``), kept on the run it started."""
+
+    name: str
+    status: str
+    result: object
+    error: object
+    payload: dict[str, Any]
 
 
 @dataclass
@@ -43,7 +54,7 @@ class RunState:
     error: dict[str, Any] | None = None
     loop: LoopState | None = None
     # a waiting or held run starts later: the event whose arc brought its token (loop.in sees it)
-    trigger: dict[str, Any] | None = None
+    trigger: EventView | None = None
     timers: list[str] = field(default_factory=list)  # ids of its armed timers (SEMANTICS §16)
 
 

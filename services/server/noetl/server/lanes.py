@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from noetl.engine import ExecutionState
+from noetl.events.envelope import Event
 from noetl.events.runtime import cancel_and_wait
 
 log = logging.getLogger("noetl.server")
@@ -30,8 +31,8 @@ log = logging.getLogger("noetl.server")
 # a decision slower than this (the engine's own work, no I/O) sends its execution to a lane
 SLOW_DECISION_S = 0.02
 
-Decide = Callable[[ExecutionState, dict[str, Any]], Any]
-Store = Callable[[int, dict[str, Any], Any], Awaitable[None]]
+Decide = Callable[[ExecutionState, Event], Any]
+Store = Callable[[int, Event, Any], Awaitable[None]]
 
 
 class _Lane:
@@ -40,7 +41,7 @@ class _Lane:
     def __init__(self, partition: int, state: ExecutionState) -> None:
         self.partition = partition
         self.state = state
-        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.queue: asyncio.Queue[Event] = asyncio.Queue()
         self.pending: collections.deque[int] = collections.deque()  # stream sequences not stored yet
         self.task: asyncio.Task[None] | None = None
         # opened by the batch that found the execution slow: its outputs go first (``release``)
@@ -76,7 +77,7 @@ class SlowLanes:
         for lane in self._lanes.values():
             lane.ready.set()
 
-    def put(self, execution_id: str, seq: int, event: dict[str, Any]) -> None:
+    def put(self, execution_id: str, seq: int, event: Event) -> None:
         lane = self._lanes[execution_id]
         lane.pending.append(seq)
         lane.queue.put_nowait(event)

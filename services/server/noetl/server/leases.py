@@ -54,11 +54,14 @@ class PartitionLeases:
         *,
         on_acquire: Callable[[int], Awaitable[None]],
         on_release: Callable[[int], Awaitable[None]],
+        on_hold: Callable[[int], Awaitable[None]] | None = None,
         ttl: float | None = None,
         replicas: int | None = None,
     ) -> None:
+        """``on_hold`` is called for every partition still held after each round: the owner makes
+        sure whatever it runs for a partition is still running (a lease kept restarts what ended)."""
         self.bus, self.member, self.partitions = as_bus(bus, replicas=replicas), member, partitions
-        self.on_acquire, self.on_release = on_acquire, on_release
+        self.on_acquire, self.on_release, self.on_hold = on_acquire, on_release, on_hold
         self.ttl = self.configured_ttl = ttl if ttl is not None else lease_ttl()
         if self.ttl < 1.0:
             raise ValueError(f"lease TTL {self.ttl} s is too short: use at least 1 s (NOETL_LEASE_TTL)")
@@ -135,6 +138,13 @@ class PartitionLeases:
     def _value(self) -> bytes:
         return json.dumps({"owner": self.member}).encode()
 
+    @property
+    def op_timeout(self) -> float:
+        """How long one KV request of a round may take. nats-py's own default (5 s) is most of a
+        6 s lease: one request to a node that just died used up the lease while the round waited,
+        so every partition lapsed at once. Bounded, a round ends in time for the next tick."""
+        return max(0.5, self.ttl / 4)
+
     async def _loop(self) -> None:
         while not self._stopped:
             await asyncio.sleep(self.tick)
@@ -144,26 +154,76 @@ class PartitionLeases:
                 raise
             except Exception as e:  # a NATS blip: validity runs out on its own if it lasts
                 (log.info if is_transient(e) else log.exception)("lease round failed: %s", describe(e))
-            await self._expire_unrenewed()
+            try:
+                await self._expire_unrenewed()
+                await self._hold()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("lease bookkeeping failed; the next round tries again")
+
+    async def _hold(self) -> None:
+        if self.on_hold is None:
+            return
+        for p in self.owned:
+            if self.valid(p):
+                await self.on_hold(p)
 
     async def _expire_unrenewed(self) -> None:
+        """A replica that cannot renew in time cannot decide: it gives the lease up at once (and
+        deletes the key if it still can, so another replica need not wait for the bucket's TTL)."""
         for p in self.owned:
             if not self.valid(p):
-                log.warning("partition %d: lease not renewed in time; no longer deciding for it", p)
-                await self._release(p, delete=False)
+                log.warning("partition %d: lease not renewed in time; giving it up", p)
+                await self._release(p, delete=True)
+
+    async def _kv_op(self, op: Awaitable[Any]) -> Any:
+        return await asyncio.wait_for(op, self.op_timeout)
+
+    async def _renew(self, partition: int, sent: float) -> None:
+        assert self._kv is not None
+        key = f"p{partition}"
+        try:
+            rev = await self._kv_op(self._kv.update(key, self._value(), last=self._revision[partition]))
+        except RevisionMismatchError:
+            if await self._adopt(partition):
+                return
+            log.warning("partition %d: lease lost to another replica", partition)
+            await self._release(partition, delete=False)
+            return
+        except KeyError:  # released meanwhile
+            return
+        if partition in self._revision:
+            self._granted(partition, rev, sent)
+
+    async def _adopt(self, partition: int) -> bool:
+        """A write of ours that timed out may have been stored all the same: the key then holds our
+        value at a revision we never saw. Renew from that revision instead of waiting for the key to
+        expire (the bounded ``op_timeout`` makes such time-outs likelier than nats-py's 5 s did)."""
+        assert self._kv is not None
+        key = f"p{partition}"
+        entry = await self._kv_op(self._kv.get(key))
+        if entry is None or entry.value != self._value():
+            return False
+        sent = asyncio.get_running_loop().time()
+        try:
+            rev = await self._kv_op(self._kv.update(key, self._value(), last=entry.revision))
+        except RevisionMismatchError:
+            return False
+        self._granted(partition, rev, sent)
+        return True
 
     async def _round(self, *, first: bool = False) -> None:
         assert self._kv is not None
         kv = self._kv
         loop = asyncio.get_running_loop()
-        await kv.put(self._member_key(), self._value())
-        for p in self.owned:
-            sent = loop.time()
-            try:
-                self._granted(p, await kv.update(f"p{p}", self._value(), last=self._revision[p]), sent)
-            except RevisionMismatchError:
-                log.warning("partition %d: lease lost to another replica", p)
-                await self._release(p, delete=False)
+        # renewals first and together: each is bounded, none waits behind another or the member key
+        sent = loop.time()
+        renewals = await asyncio.gather(*(self._renew(p, sent) for p in self.owned), return_exceptions=True)
+        failed = [r for r in renewals if isinstance(r, BaseException)]
+        await self._kv_op(kv.put(self._member_key(), self._value()))
+        if failed:
+            raise failed[0]
         members = await self._members()
         if not members:
             return
@@ -176,10 +236,11 @@ class PartitionLeases:
         for p in sorted(mine - set(self.owned)):
             sent = loop.time()
             try:
-                rev = await kv.create(f"p{p}", self._value())
-            except KeyExistsError:  # its owner has not let go yet: next round
-                continue
-            self._granted(p, rev, sent)
+                rev = await self._kv_op(kv.create(f"p{p}", self._value()))
+                self._granted(p, rev, sent)
+            except KeyExistsError:  # its owner has not let go yet (next round), or it is ours
+                if not await self._adopt(p):
+                    continue
             if not first:
                 self.takeovers += 1
             log.info("partition %d: acquired", p)
@@ -193,11 +254,11 @@ class PartitionLeases:
     async def _members(self) -> list[str]:
         """Live member ids: keys present in the bucket (its TTL drops the dead ones)."""
         assert self._kv is not None
-        stored = await self._kv.ttl()
+        stored = await self._kv_op(self._kv.ttl())
         if stored:  # another replica may have changed it: never trust more than the bucket keeps
             self.ttl = min(self.configured_ttl, stored)
         prefix = "member."
-        out = {k[len(prefix) :] for k in await self._kv.keys(prefix)}
+        out = {k[len(prefix) :] for k in await self._kv_op(self._kv.keys(prefix))}
         out.add(self.member)
         return sorted(out)
 

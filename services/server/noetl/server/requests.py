@@ -27,8 +27,18 @@ from noetl.dsl.names import (
 )
 from noetl.engine.endings import ending
 from noetl.events import subjects as s
+from noetl.events import vocabulary as vocab
 from noetl.events.clock import utc_now
-from noetl.events.envelope import dumps, loads, make_event
+from noetl.events.envelope import (
+    EntityType,
+    EventName,
+    Status,
+    WireError,
+    decode_event,
+    dumps,
+    loads,
+    make_event,
+)
 from noetl.events.ids import derive_id, execution_id_for
 from noetl.events.nats_port import as_bus
 from noetl.events.port import store_all
@@ -140,6 +150,12 @@ class RequestHandler:
         if len(data) > MAX_MESSAGE_BYTES:  # the text is in the catalog by digest: name it only
             del event["payload"]["playbook"]
             data = dumps(event)
+        try:
+            decode_event(data)  # what the partition reader will check: accept nothing it would ignore
+        except WireError as e:
+            invalid = RequestInvalidError(f"request cannot be recorded: {e}")
+            await self._reject(execution_id, partition, invalid.to_dict(), req)
+            return {"execution_id": execution_id, "error": invalid.to_dict()}
         subject = s.event_subject(partition, execution_id, event["name"])
         await store_all(self.bus, [(subject, data, event["event_id"])])
         return {"execution_id": execution_id}
@@ -215,9 +231,8 @@ class RequestHandler:
             return reply_error(
                 ExecutionFinishedError(f"execution {execution_id} has finished: there is nothing to {what}")
             )
-        name = {"signal": "signal.received", "pause": "execution.pause.requested"}.get(
-            what, "execution.resume.requested"
-        )
+        names: dict[str, EventName] = {"signal": vocab.SIGNAL_RECEIVED, "pause": vocab.PAUSE_REQUESTED}
+        name = names.get(what, vocab.RESUME_REQUESTED)
         event = make_event(
             event_id=derive_id(what, execution_id, request_id),
             execution_id=execution_id,
@@ -256,8 +271,8 @@ class RequestHandler:
         if len(data) <= MAX_REQUEST_BYTES:
             try:
                 req = loads(data)
-                if isinstance(req, dict) and isinstance(req.get("request_id"), str):
-                    return req["request_id"]
+                if isinstance(req, dict) and isinstance(rid := req.get("request_id"), str):
+                    return rid
             except ValueError:
                 pass
         return msg_id
@@ -308,6 +323,11 @@ class RequestHandler:
         ):
             if req.get(key) is not None and (msg := problem(req[key])):
                 raise RequestInvalidError(f"request `{key}`: {msg}")
+        trace = req.get("trace_id")
+        if trace is not None and (not isinstance(trace, str) or not 0 < len(trace) <= 128):
+            # an event whose trace id is not a string is refused where the server reads its inputs:
+            # accepted here, the execution would never have been decided
+            raise RequestInvalidError("request `trace_id` must be a string of 1 to 128 characters")
         if req.get("path") is not None and not isinstance(req["path"], str):
             raise RequestInvalidError("request `path` must be a string (a catalog path, e.g. examples/hello)")
         if req.get("version") is not None and (
@@ -341,7 +361,9 @@ class RequestHandler:
         """A rejected request still ends in ``workflow.finished``, so a waiting client learns why."""
         log.warning("request for %s rejected: %s", execution_id, error.get("message"))
         msgs = []
-        closing = [("playbook.request.evaluated", "playbook", "error", {"error": error})]
+        closing: list[tuple[EventName, EntityType, Status, dict[str, Any]]] = [
+            (vocab.REQUEST_EVALUATED, "playbook", "error", {"error": error})
+        ]
         for name, entity_type, status, payload in closing + ending("failed", error=error):
             ev = make_event(
                 event_id=derive_id("rejected", execution_id, name),
@@ -349,10 +371,10 @@ class RequestHandler:
                 timestamp=utc_now(),
                 source="server",
                 name=name,
-                entity_type=entity_type,  # type: ignore[arg-type]
+                entity_type=entity_type,
                 entity_id=execution_id,
                 status=status,
-                payload=payload,  # type: ignore[arg-type]
+                payload=payload,
                 parent_execution_id=req.get("parent_execution_id"),
             )
             msgs.append((s.event_subject(partition, execution_id, name), dumps(ev), ev["event_id"]))

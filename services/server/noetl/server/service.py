@@ -28,13 +28,16 @@ from noetl.engine import ExecutionState, decide, is_input, new_state
 from noetl.engine.endings import ending
 from noetl.engine.fold import replay
 from noetl.events import subjects as s
+from noetl.events import supervise
 from noetl.events.clock import utc_now
-from noetl.events.envelope import WireError, decode_event, dumps, loads, make_event
+from noetl.events.envelope import Event, WireError, decode_event, dumps, loads, make_event
 from noetl.events.ids import derive_id
 from noetl.events.nats_port import as_bus
 from noetl.events.port import (
+    Bus,
     BusError,
     Delivery,
+    Entry,
     KeyExistsError,
     Message,
     QueueConfig,
@@ -59,6 +62,8 @@ _WAITED_FOR = frozenset({"workflow.finished", "playbook.processed"})
 _NATS_ERRORS = (nats.errors.Error, BusError)
 # a request taken by a replica that then died goes to another one after this many seconds
 REQUEST_ACK_WAIT = 10.0
+# an owned partition whose reader is being opened again for longer than this is reported without one
+READER_GRACE = 10.0
 
 
 class Server:
@@ -77,7 +82,7 @@ class Server:
         deployment). The partitions this server decides for come from the leases; ``owned`` fixes
         them instead, and ``leases=False`` takes them all (a private NATS with one server).
         ``bus``: the bus port (``noetl.events.port``), or a nats-py connection to wrap in one."""
-        self.bus: Any = as_bus(bus, replicas=replicas)
+        self.bus: Bus = as_bus(bus, replicas=replicas)
         self._partitions_arg = partitions
         self.partitions = partitions or s.DEFAULT_PARTITIONS
         self._static = owned
@@ -96,11 +101,14 @@ class Server:
         self._unsaved: dict[int, int] = {}  # partition -> stored stream sequence not checkpointed yet
         self._next_save: dict[int, float] = {}
         self._readers = 0  # readers opened, for unique names
+        self.reader_restarts = 0  # readers lost and opened again (metrics)
+        # owned partition -> (a reader open, since when): what /ready and /metrics report
+        self._reading: dict[int, tuple[bool, float]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self.leases: PartitionLeases | None = None
         self.lanes = SlowLanes(self._decide_known, self._store_lane)
         # sees every input the engine decides on and every event it writes (metrics)
-        self.observer: Callable[[dict[str, Any]], None] | None = None
+        self.observer: Callable[[Event], None] | None = None
 
     @property
     def owned(self) -> list[int]:
@@ -119,13 +127,17 @@ class Server:
         self.iter_kv = await retrying(lambda: self.bus.kv(s.ITER_BUCKET), "opening noetl_iter")
         self.partitions = await retrying(self._settle_partitions, "reading the partition count")
         self.requests = RequestHandler(self.bus, self.catalog, self.credentials, self.partitions)
-        self._tasks.append(asyncio.create_task(self._request_loop(), name="noetl-requests"))
+        self._tasks.append(supervise.start("server request loop", self._request_loop, self._stopping))
         self._tasks.append(
-            asyncio.create_task(timers.due_loop(self.bus, self._stopping), name="noetl-timers")
+            supervise.start(
+                "server timer loop", lambda: timers.due_loop(self.bus, self._stopping), self._stopping
+            )
         )
         self._tasks.append(
-            asyncio.create_task(
-                schedules.fire_loop(self.bus, self.requests, self._stopping), name="noetl-schedules"
+            supervise.start(
+                "server schedule loop",
+                lambda: schedules.fire_loop(self.bus, self.requests, self._stopping),
+                self._stopping,
             )
         )
         if self._static is not None or self._all:
@@ -138,6 +150,7 @@ class Server:
                 self.partitions,
                 on_acquire=self._start_partition,
                 on_release=self._stop_partition,
+                on_hold=self._start_partition,
                 ttl=self.lease_ttl,
                 replicas=self.replicas,
             )
@@ -185,23 +198,40 @@ class Server:
             )
         return recorded
 
-    async def _recorded(self) -> Any:
+    async def _recorded(self) -> Entry:
         entry = await self.kv.get(s.PARTITIONS_KEY)
         if entry is None:
             raise LookupError(f"{s.PARTITIONS_KEY} not shown yet")
         return entry
 
     async def _start_partition(self, partition: int) -> None:
-        if partition not in self._loops:
-            self._loops[partition] = asyncio.create_task(
-                self._partition_loop(partition), name=f"noetl-partition-{partition}"
-            )
+        """Start deciding for ``partition``, or start again a loop that ended: called when a lease is
+        acquired and on every round that keeps it, so a partition held is never left without its
+        reader whatever ended the loop (it should not end, see ``_partition_loop``)."""
+        task = self._loops.get(partition)
+        if task is not None and not task.done():
+            return
+        if task is not None:
+            cause = "cancelled" if task.cancelled() else describe(task.exception() or Exception("returned"))
+            log.warning("partition %d: its loop had ended (%s); starting it again", partition, cause)
+            supervise.restarts[f"partition {partition}"] += 1
+            # it starts from the checkpoint again, which may be behind what memory holds
+            await self.lanes.close_partition(partition)
+            self._forget_partition(partition)
+        self._loops[partition] = asyncio.create_task(
+            self._partition_loop(partition), name=f"noetl-partition-{partition}"
+        )
+        self._mark_reader(partition, False)
 
     async def _stop_partition(self, partition: int) -> None:
         """Stop deciding for ``partition`` and forget its executions: while another replica owns it
         they advance, so what this one holds in memory is stale by the time it owns it again."""
         await cancel_and_wait(self._loops.pop(partition, None))
+        self._reading.pop(partition, None)
         await self.lanes.close_partition(partition)
+        self._forget_partition(partition)
+
+    def _forget_partition(self, partition: int) -> None:
         for eid in [e for e, p in self._state_partition.items() if p == partition]:
             self.states.pop(eid, None)
             self._state_partition.pop(eid, None)
@@ -284,18 +314,28 @@ class Server:
         message lost on the way, an election) ends it, and a new one starts after the last input
         decided. It needs no acks: the checkpoint is the acknowledgement. An input delivered twice
         is harmless: the engine ignores an input for a run that already ended.
+
+        The loop ends only when it is cancelled (the lease released, the server stopping). While
+        the lease is not known to be valid (a renewal late after a pause or an election) it waits
+        instead of ending: the lease round either renews it, and reading goes on where it stopped,
+        or releases it, which cancels this loop. A loop that ended at such an instant while the
+        lease was then renewed left its partition without a reader for good.
         """
         loop = asyncio.get_running_loop()
         start = await retrying(lambda: self._checkpoint(partition), f"partition {partition}: checkpoint") + 1
         delay = 0.1
         try:
-            while not self._stopping.is_set() and self._may_decide(partition):
+            while not self._stopping.is_set():
+                if not self._may_decide(partition):
+                    await asyncio.sleep(0.05)
+                    continue
                 began = loop.time()
                 try:
                     start = await self._read_from(partition, start)
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:
+                    self.reader_restarts += 1
                     (log.info if is_transient(e) or isinstance(e, BusError) else log.exception)(
                         "partition %d: reader stopped (%s); a new one starts at %d",
                         partition,
@@ -308,6 +348,24 @@ class Server:
             with contextlib.suppress(Exception):
                 await self._checkpoint_to(partition, None, now=True)
 
+    def liveness(self) -> dict[str, Any]:
+        """What ``/ready`` and ``/metrics`` say of this replica's deciding: the partitions it owns,
+        those without a live reader (a loop gone, or no reader open for ``READER_GRACE`` seconds),
+        and how often readers and loops were started again."""
+        now = asyncio.get_running_loop().time()
+        missing = []
+        for p in self.owned:
+            task = self._loops.get(p)
+            is_open, since = self._reading.get(p, (False, now))
+            if task is None or task.done() or (not is_open and now - since > READER_GRACE):
+                missing.append(p)
+        return {
+            "partitions_owned": self.owned,
+            "partitions_without_reader": missing,
+            "reader_restarts": self.reader_restarts,
+            "loop_restarts": dict(supervise.restarts),
+        }
+
     async def _read_from(self, partition: int, start: int) -> int:
         """Read from stream sequence ``start`` until the reader breaks; returns where to go on."""
         self._readers += 1
@@ -317,12 +375,14 @@ class Server:
             lambda: self.bus.reader(s.EVENTS_STREAM, filters, start_seq=start, name=name),
             f"partition {partition}: reader",
         )
+        self._mark_reader(partition, True)
         try:
             while not self._stopping.is_set() and self._may_decide(partition):
                 try:
                     batch = await reader.fetch(BATCH, 1.0)
                 except ReaderLostError as e:
                     log.warning("partition %d: %s; reading again from %d", partition, e, start)
+                    self.reader_restarts += 1
                     return start
                 if not batch:
                     await self._checkpoint_to(partition, None, now=True)
@@ -331,8 +391,13 @@ class Server:
                 start = batch[-1].seq + 1
             return start
         finally:
+            self._mark_reader(partition, False)
             with contextlib.suppress(Exception):
                 await reader.close()
+
+    def _mark_reader(self, partition: int, is_open: bool) -> None:
+        if partition in self._loops:
+            self._reading[partition] = (is_open, asyncio.get_running_loop().time())
 
     async def _process_batch(self, partition: int, batch: list[Message]) -> None:
         # outputs by execution: stored together, or one execution at a time for the rare batch
@@ -384,7 +449,7 @@ class Server:
         groups: dict[str, _Outputs],
         ended_loops: list[tuple[str, str]],
         partition: int,
-        event: dict[str, Any],
+        event: Event,
         decision: Any,
     ) -> None:
         if self.observer is not None:
@@ -420,7 +485,7 @@ class Server:
                 extra={"execution_id": eid, "status": st.status, "playbook": st.playbook.metadata.path},
             )
 
-    async def _store_lane(self, partition: int, event: dict[str, Any], decision: Any) -> None:
+    async def _store_lane(self, partition: int, event: Event, decision: Any) -> None:
         """One decision of a slow lane (``noetl.server.lanes``), stored as a batch's are; the
         partition's checkpoint is not moved here: it follows the lanes' floor."""
         groups: dict[str, _Outputs] = {}
@@ -437,11 +502,16 @@ class Server:
         self.decided += 1
         self._forget_finished()
 
-    async def _store_each(self, groups: dict[str, _Outputs], partition: int, seq: int) -> None:
+    async def _store_each(self, groups: dict[str, _Outputs], partition: int, seq: int | None) -> None:
         """JetStream refused something of the batch for good (a message over the server's
         ``max_payload``, a subject it cannot take): store each execution's outputs alone, and end
         the one whose outputs can never be stored with ``decision_unstorable`` instead of retrying
-        it forever and stalling every execution of the partition behind it."""
+        it forever and stalling every execution of the partition behind it.
+
+        The end goes through the engine: an ``execution.abort.requested`` input on the partition,
+        decided like any other, so the log says why the execution ended and a rebuild from it
+        knows it did. Only if that decision cannot be stored either are the closing events
+        written here directly."""
         for eid, g in groups.items():
             try:
                 await self._until_stored(
@@ -456,28 +526,51 @@ class Server:
                 "the NATS server's max_payload? Keep large values in results (by reference)"
             ).to_dict()
             log.error("execution %s: %s", eid, err["message"])
-            refusal = []
-            for name, entity_type, status, payload in ending("failed", error=err):
-                ev = make_event(
-                    event_id=derive_id(g.cause["event_id"], "unstorable", name),
-                    execution_id=eid,
-                    timestamp=g.cause.get("timestamp") or utc_now(),
-                    source="server",
-                    name=name,
-                    entity_type=entity_type,  # type: ignore[arg-type]
-                    entity_id=eid,
-                    status=status,  # type: ignore[arg-type]
-                    payload=payload,  # type: ignore[arg-type]
-                    cause_id=g.cause["event_id"],
-                )
-                refusal.append((s.event_subject(partition, eid, name), dumps(ev), ev["event_id"], True))
-            await self._until_stored(self._store([], refusal, [], partition, None))
-            state = self.states.get(eid)
-            if state is not None:
-                state.finished, state.status, state.failed, state.error = True, "failed", True, err
+            if g.cause.get("name") == "execution.abort.requested":
+                await self._close_directly(eid, g.cause, err, partition)
+                continue
+            abort = make_event(
+                event_id=derive_id(g.cause["event_id"], "unstorable"),
+                execution_id=eid,
+                timestamp=g.cause.get("timestamp") or utc_now(),
+                source="server",
+                name="execution.abort.requested",
+                entity_type="workflow",
+                entity_id=eid,
+                status="error",
+                payload={"error": err},
+                cause_id=g.cause["event_id"],
+            )
+            subject = s.event_subject(partition, eid, "execution.abort.requested")
+            stored = [(subject, dumps(abort), abort["event_id"], True)]
+            await self._until_stored(self._store([], stored, [], partition, None))
         await self._checkpoint_to(partition, seq)
 
-    def _observe(self, event: dict[str, Any], outputs: list[dict[str, Any]]) -> None:
+    async def _close_directly(
+        self, eid: str, cause: Event, err: dict[str, Any], partition: int
+    ) -> None:
+        """The last resort: even the abort's decision could not be stored."""
+        closing = []
+        for name, entity_type, status, payload in ending("failed", error=err):
+            ev = make_event(
+                event_id=derive_id(cause["event_id"], "unstorable", name),
+                execution_id=eid,
+                timestamp=cause.get("timestamp") or utc_now(),
+                source="server",
+                name=name,
+                entity_type=entity_type,
+                entity_id=eid,
+                status=status,
+                payload=payload,
+                cause_id=cause["event_id"],
+            )
+            closing.append((s.event_subject(partition, eid, name), dumps(ev), ev["event_id"], True))
+        await self._until_stored(self._store([], closing, [], partition, None))
+        state = self.states.get(eid)
+        if state is not None:
+            state.finished, state.status, state.failed, state.error = True, "failed", True, err
+
+    def _observe(self, event: Event, outputs: list[Event]) -> None:
         """Metrics see the input and its outputs; a fault in them never stops the engine."""
         assert self.observer is not None
         try:
@@ -577,7 +670,7 @@ class Server:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    async def _decide(self, event: dict[str, Any], seq: int, partition: int) -> Any:
+    async def _decide(self, event: Event, seq: int, partition: int) -> Any:
         eid = event.get("execution_id")
         if not isinstance(eid, str):
             return None
@@ -612,7 +705,7 @@ class Server:
         return decision
 
     @staticmethod
-    def _decide_known(state: ExecutionState, event: dict[str, Any]) -> Any:
+    def _decide_known(state: ExecutionState, event: Event) -> Any:
         """A lane's decision (in a thread): the engine alone, on a state already in memory."""
         if state.finished or event["name"] == "playbook.execution.requested":
             return None
@@ -639,7 +732,7 @@ class _Outputs:
 
     __slots__ = ("cause", "commands", "disarm", "events", "objects", "timers")
 
-    def __init__(self, cause: dict[str, Any]) -> None:
+    def __init__(self, cause: Event) -> None:
         self.cause = cause
         self.timers: list[dict[str, Any]] = []
         self.disarm: list[str] = []

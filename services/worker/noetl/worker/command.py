@@ -17,7 +17,7 @@ from noetl.dsl.model import Playbook, Step
 from noetl.dsl.specmerge import effective_step_spec
 from noetl.events import subjects as s
 from noetl.events.clock import utc_now
-from noetl.events.envelope import dumps, loads, make_event
+from noetl.events.envelope import Command, EntityType, EventName, Status, dumps, loads, make_event
 from noetl.events.histogram import Histogram
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
@@ -37,7 +37,7 @@ class _Command:
     def __init__(
         self,
         worker: Worker,
-        cmd: dict[str, Any],
+        cmd: Command,
         playbook: Playbook,
         step: Step,
         keychain: dict[str, Any],
@@ -53,7 +53,7 @@ class CommandRun(_Command):
     def __init__(
         self,
         worker: Worker,
-        cmd: dict[str, Any],
+        cmd: Command,
         playbook: Playbook,
         step: Step,
         keychain: dict[str, Any],
@@ -78,10 +78,10 @@ class CommandRun(_Command):
 
     async def event(
         self,
-        name: str,
-        entity_type: str,
+        name: EventName,
+        entity_type: EntityType,
         entity_id: str,
-        status: str,
+        status: Status,
         payload: dict[str, Any],
         eid: str,
         task_run_id: str | None = None,
@@ -92,9 +92,9 @@ class CommandRun(_Command):
             timestamp=utc_now(),
             source="worker",
             name=name,
-            entity_type=entity_type,  # type: ignore[arg-type]
+            entity_type=entity_type,
             entity_id=entity_id,
-            status=status,  # type: ignore[arg-type]
+            status=status,
             payload=self.masker.mask(payload),
             task_run_id=task_run_id,
             execution_id=self.exec_id,
@@ -105,7 +105,7 @@ class CommandRun(_Command):
         await self.outbox.send(s.event_subject(self.partition, self.exec_id, name), dumps(ev), eid)
 
     async def emit(
-        self, name: str, task: Any, n: int, data: dict[str, Any], output: TaskOutput | None = None
+        self, name: EventName, task: Any, n: int, data: dict[str, Any], output: TaskOutput | None = None
     ) -> None:
         """The pipeline's ``task.started`` and ``task.done``."""
         trid = derive_id(self.cid, task.name, n)
@@ -221,7 +221,7 @@ class LocalLoop(_Command):
 
     @property
     def local(self) -> dict[str, Any]:
-        return self.cmd["local"]  # type: ignore[no-any-return]
+        return self.cmd["local"]
 
     async def _items(self) -> list[Any]:
         """The loop's items: in the command, or by reference when they were large."""
@@ -229,14 +229,16 @@ class LocalLoop(_Command):
         if not is_reference(items):
             return items  # type: ignore[no-any-return]
         ref = items
-        return await retrying(lambda: resolve(self.worker.bus, ref), "reading loop items")  # type: ignore[no-any-return]
+        return await retrying(lambda: resolve(self.worker.bus, ref), "reading loop items")
 
-    def _iteration(self, i: int, item: Any) -> dict[str, Any]:
+    def _iteration(self, i: int, item: Any) -> Command:
         iter_: dict[str, Any] = {self.local["iterator"]: item, "index": i}
         if self.local.get("parent") is not None:
             iter_["parent"] = self.local["parent"]
-        cmd = {k: v for k, v in self.cmd.items() if k != "local"}
-        cmd.update(command_id=derive_id(self.cmd["command_id"], "iteration", i), index=i, iter=iter_)
+        cmd = self.cmd.copy()  # the keys in their order, without the loop
+        del cmd["local"]
+        cmd["command_id"] = derive_id(self.cmd["command_id"], "iteration", i)
+        cmd["index"], cmd["iter"] = i, iter_
         return cmd
 
     async def _ended(self) -> set[int]:

@@ -27,6 +27,7 @@ from noetl.dsl.model import Playbook, Step, Task
 from noetl.dsl.policy import apply_patch, evaluate_task_policy
 from noetl.dsl.specmerge import deep_merge, effective_step_spec, effective_task_spec, scoped
 from noetl.dsl.templates import TemplateEngine
+from noetl.events.vocabulary import EventName
 from noetl.host import logs
 from noetl.worker.output import TaskOutput, capturing
 from noetl.worker.tools.base import Clock, ToolContext, get_tool
@@ -90,7 +91,7 @@ class EmitFn(Protocol):
     """``task.started`` and ``task.done``; the latter with what the run printed and logged."""
 
     def __call__(
-        self, name: str, task: Task, n: int, data: dict[str, Any], output: TaskOutput | None = None
+        self, name: EventName, task: Task, n: int, data: dict[str, Any], output: TaskOutput | None = None
     ) -> Awaitable[None]: ...
 
 
@@ -180,12 +181,12 @@ class Pipeline:
             result = outcome.get("result")
             if d.do == "retry":
                 if snap.attempt >= d.attempts:
-                    err = RetriesExhaustedError(
+                    exhausted = RetriesExhaustedError(
                         f"task {task.name} of step {self.step.name} failed {snap.attempt} times "
                         f"(attempts: {d.attempts})",
                         cause=_strip(outcome),
-                    ).to_dict()
-                    return self._fail(snap, err)
+                    )
+                    return self._fail(snap, exhausted.to_dict())
                 await self.sleep(d.delay_seconds)
                 snap.attempt += 1
             elif d.do == "jump":
@@ -196,12 +197,12 @@ class Pipeline:
                 snap.labels[task.name] = result
                 snap.pc = len(tasks)
             elif d.do == "fail":
-                err = outcome.get("error") if outcome.get("status") == "error" else None
-                if not err:
-                    err = PolicyFailError(
+                failure = outcome.get("error") if outcome.get("status") == "error" else None
+                if not failure:
+                    failure = PolicyFailError(
                         f"task {task.name} of step {self.step.name}: policy said fail"
                     ).to_dict()
-                return self._fail(snap, err)
+                return self._fail(snap, failure)
             else:  # continue
                 snap.prev = result
                 snap.labels[task.name] = result

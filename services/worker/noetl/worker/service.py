@@ -20,6 +20,7 @@ import logging
 import os
 import socket
 import uuid
+from functools import partial
 from typing import Any
 
 from noetl.dsl.cache import parse_playbook
@@ -34,13 +35,24 @@ from noetl.dsl.errors import (
 from noetl.dsl.model import Playbook
 from noetl.dsl.names import pool_problem
 from noetl.events import subjects as s
+from noetl.events import supervise
+from noetl.events import vocabulary as vocab
 from noetl.events.clock import utc_now
-from noetl.events.envelope import WireError, decode_command, dumps, loads, make_event
+from noetl.events.envelope import (
+    Command,
+    EntityType,
+    EventName,
+    WireError,
+    decode_command,
+    dumps,
+    loads,
+    make_event,
+)
 from noetl.events.histogram import Histogram
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
 from noetl.events.nats_port import as_bus
-from noetl.events.port import QueueConfig
+from noetl.events.port import Bus, QueueConfig
 from noetl.events.retry import is_transient, retrying
 from noetl.events.streams import replicated
 from noetl.host import logs
@@ -76,7 +88,7 @@ class Worker:
         if problem := pool_problem(pool):
             raise DeploymentError(f"--pool: {problem}")
         # a bus port (noetl.events.port): NATS, or the in-memory twin of behaviour tests
-        self.bus: Any = as_bus(nc, replicas=replicas)
+        self.bus: Bus = as_bus(nc, replicas=replicas)
         nc = getattr(self.bus, "nc", None)
         self.nc, self.js = nc, (nc.jetstream() if nc is not None else None)
         self.replicas = replicas
@@ -121,8 +133,12 @@ class Worker:
 
         self._cancel_sub = await bus.subscribe(s.CANCEL_EVENTS_FILTER, self._on_cancel)
         self._stop_sub = await bus.subscribe(s.STEP_CANCELLED_FILTER, self._on_step_cancelled)
-        self._lease_task = asyncio.create_task(self._lease_loop(), name=f"noetl-leases-{self.pool}")
-        self._loop_task = asyncio.create_task(self._pull_loop(), name=f"noetl-worker-{self.pool}")
+        self._lease_task = supervise.start(
+            f"worker {self.pool} in-progress acks", self._lease_loop, lambda: not self._leasing
+        )
+        self._loop_task = supervise.start(
+            f"worker {self.pool} command pulls", self._pull_loop, self._stopping
+        )
 
     async def stop(self, drain: bool = True) -> None:
         """Stop pulling; with ``drain`` let running commands finish (SIGTERM), else abandon them."""
@@ -254,7 +270,7 @@ class Worker:
         finally:
             self._leases.pop(id(msg), None)
 
-    async def _worker_lost(self, cmd: dict[str, Any], delivered: int) -> None:
+    async def _worker_lost(self, cmd: Command, delivered: int) -> None:
         err = WorkerLostError(
             f"step {cmd['step']}: its command was delivered {delivered} times and no worker "
             "finished it (workers crashing or killed while running it, e.g. out of memory); "
@@ -264,7 +280,7 @@ class Worker:
 
     async def _publish_terminal(
         self,
-        cmd: dict[str, Any],
+        cmd: Command,
         ok: bool,
         payload: dict[str, Any],
         outbox: Any = None,
@@ -274,15 +290,17 @@ class Worker:
         """The terminal event; its ack also confirms the run's earlier events in ``outbox``.
         ``confirm=False``: the caller confirms later (an ``exec: local`` loop, in batches)."""
         index = cmd.get("index")
+        name: EventName
+        entity: EntityType
         if index is None:
-            name, entity = ("step.done" if ok else "step.failed"), "step"
+            name, entity = (vocab.STEP_DONE if ok else vocab.STEP_FAILED), "step"
         else:
-            name, entity = ("loop.iteration.done" if ok else "loop.iteration.failed"), "loop"
+            name, entity = (vocab.ITERATION_DONE if ok else vocab.ITERATION_FAILED), "loop"
             payload = {**payload, "index": index}
         payload["worker"] = self.worker_id
         exec_id = cmd["execution_id"]
         if len(dumps(payload)) > MAX_TERMINAL_BYTES:
-            ok, name = False, name.replace(".done", ".failed")
+            ok, name = False, (vocab.STEP_FAILED if index is None else vocab.ITERATION_FAILED)
             err = PayloadTooLargeError(
                 f"step {cmd['step']}: its ctx patches and result take more than {MAX_TERMINAL_BYTES} bytes; "
                 "keep large data in task results (they travel by reference) and put only references "
@@ -299,7 +317,7 @@ class Worker:
             timestamp=utc_now(),
             source="worker",
             name=name,
-            entity_type=entity,  # type: ignore[arg-type]
+            entity_type=entity,
             entity_id=cmd["step"],
             status="success" if ok else "error",
             payload=payload,
@@ -331,7 +349,7 @@ class Worker:
         return pb
 
     async def _keychain(
-        self, playbook: Playbook, cmd: dict[str, Any]
+        self, playbook: Playbook, cmd: Command
     ) -> tuple[dict[str, Any], dict[str, str | None]]:
         """Every credential a command reads is recorded in ``NOETL_AUDIT`` first (the record's id
         derives from the command's, so a redelivered command records its use once). Returns the
@@ -339,23 +357,25 @@ class Worker:
         out: dict[str, Any] = {}
         kinds: dict[str, str | None] = {}
         for entry in playbook.keychain:
+            # partial, not a lambda: binds this entry (a closure would see the loop's last one)
             got = (
-                await retrying(lambda e=entry: self.credentials.get(e.name), "reading a credential")
+                await retrying(partial(self.credentials.get, entry.name), "reading a credential")
                 if self.credentials
                 else None
             )
             if got is not None:
                 await retrying(
-                    lambda e=entry, g=got: record_credential_access(
+                    partial(
+                        record_credential_access,
                         self.bus,
                         action="credential.use",
-                        credential=e.name,
+                        credential=entry.name,
                         who=f"worker:{self.worker_id}",
                         outcome="granted",
                         execution_id=cmd.get("execution_id"),
                         parent_execution_id=cmd.get("parent_execution_id"),
-                        kind=g.get("kind"),
-                        audit_id=derive_id(cmd["command_id"], "credential", e.name),
+                        kind=got.get("kind"),
+                        audit_id=derive_id(cmd["command_id"], "credential", entry.name),
                     ),
                     "recording a credential use",
                 )
@@ -401,13 +421,13 @@ class Worker:
             if not of_run:
                 self._by_run.pop(run_id, None)
 
-    async def _run_command(self, cmd: dict[str, Any], msg: Any) -> None:
+    async def _run_command(self, cmd: Command, msg: Any) -> None:
         # each command runs in a task of its own, so these bindings end with it
         logs.bind(execution_id=cmd.get("execution_id"), step=cmd.get("step"), index=cmd.get("index"))
         await self._run_bound(cmd, msg)
         log.debug("command done")
 
-    async def _run_bound(self, cmd: dict[str, Any], msg: Any) -> None:
+    async def _run_bound(self, cmd: Command, msg: Any) -> None:
         playbook = await self._playbook(cmd["playbook_digest"])
         step = playbook.step(cmd["step"])
         try:
@@ -420,7 +440,7 @@ class Worker:
         await runner(self, cmd, playbook, step, keychain, masker).run(msg.delivered > 1)
 
     async def _fail(
-        self, cmd: dict[str, Any], error: dict[str, Any], playbook: Playbook | None = None, step: Any = None
+        self, cmd: Command, error: dict[str, Any], playbook: Playbook | None = None, step: Any = None
     ) -> None:
         """A command that cannot run: its terminal event says why (for an ``exec: local`` loop,
         its first iteration's, the others never started)."""

@@ -8,6 +8,7 @@ its step. The same reading serves `noetl graph --execution` and the coverage of 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -46,7 +47,7 @@ class Trace:
         return [r for r in self.runs.values() if r.step == step]
 
 
-def trace(events: list[dict[str, Any]]) -> Trace:
+def trace(events: Sequence[Mapping[str, Any]]) -> Trace:
     t = Trace()
     for ev in events:
         name, rid = ev.get("name"), ev.get("step_run_id") or ""

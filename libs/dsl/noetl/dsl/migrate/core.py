@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from noetl.dsl.migrate.source import Source
+from noetl.dsl.migrate.source import Origins, Source
 from noetl.dsl.yamlload import Path, fmt_path
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class Migrator:
     sugar: bool = False  # emit choose/while/until where they say it shorter (`noetl migrate --sugar`)
 
     @property
-    def o(self) -> Any:
+    def o(self) -> Origins:
         return self.src.origins
 
     def line(self, path: Path | None) -> int:
@@ -71,7 +73,7 @@ class Migrator:
         self.o.set(container, key, origin)
         return value
 
-    def flow(self, value: Any) -> Any:
+    def flow(self, value: _T) -> _T:
         return self.o.mark_flow(value)
 
     def reorder(self, mapping: dict[str, Any], order: tuple[str, ...]) -> dict[str, Any]:

@@ -39,7 +39,7 @@ def _plain(text: str, flow: bool) -> bool:
     if flow and any(c in _FLOW_UNSAFE for c in text):
         return False
     try:
-        return yaml.load(text, Loader=_Loader) == text
+        return bool(yaml.load(text, Loader=_Loader) == text)
     except yaml.YAMLError:
         return False
 

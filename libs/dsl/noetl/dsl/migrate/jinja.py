@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import TypeVar, overload
+
+_T = TypeVar("_T")
 
 _REGION = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
 _TOKEN = re.compile(
@@ -146,8 +149,13 @@ def rewrite(text: str, renames: dict[str, str], events: EventMap | None = None) 
     return _REGION.sub(lambda m: _names(_events(m.group(0), events), renames), text)
 
 
+@overload
+def rewrite_all(value: str, renames: dict[str, str], events: EventMap | None = None) -> str: ...
+@overload
+def rewrite_all(value: _T, renames: dict[str, str], events: EventMap | None = None) -> _T: ...
 def rewrite_all(value: object, renames: dict[str, str], events: EventMap | None = None) -> object:
-    """Every string inside ``value`` rewritten; containers are changed in place and returned."""
+    """Every string inside ``value`` rewritten; containers are changed in place and returned (so
+    the result has the type of ``value``: the overloads say so)."""
     if isinstance(value, str):
         return rewrite(value, renames, events)
     if isinstance(value, dict):

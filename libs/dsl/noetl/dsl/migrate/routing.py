@@ -173,7 +173,7 @@ def translate_case(
             at = (*where, "then", action)
             if action == "next":
                 targets = value if isinstance(value, list) else [value]
-                arcs = []
+                arcs: list[tuple[dict[str, Any], Path | None]] = []
                 for k, target in enumerate(targets):
                     arc = _arc(m, target, (*at, k) if isinstance(value, list) else at, loop)
                     if arc is not None:

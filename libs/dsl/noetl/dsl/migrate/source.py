@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from noetl.dsl.errors import Problem
 from noetl.dsl.yamlload import Path, _Loader, _measure
+
+_T = TypeVar("_T")
 
 END: Path = ("<end>",)
 
@@ -49,7 +51,7 @@ class Origins:
     def get(self, container: Any, key: Any) -> Path | None:
         return self._map.get(id(container), {}).get(key)
 
-    def mark_flow(self, container: Any) -> Any:
+    def mark_flow(self, container: _T) -> _T:
         self.flow.add(id(container))
         self._keep.append(container)
         return container

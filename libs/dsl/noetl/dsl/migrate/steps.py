@@ -244,8 +244,9 @@ def _sink(m: Migrator, pipe: Pipeline, sink: Any, cond: str | None, path: Path, 
         return
     renames = {"result": "_prev", "this": "_prev", "response": "_prev", **task_renames(m, iterator)}
     label = pipe.unique("sink")
-    task: dict[str, Any] = {"name": label, **rewrite_all(body, renames)}  # type: ignore[dict-item]
-    args = rewrite_all(sink["args"], renames) if isinstance(sink.get("args"), dict) else None
+    task: dict[str, Any] = {"name": label, **rewrite_all(body, renames)}
+    raw_args = sink.get("args")
+    args = rewrite_all(raw_args, renames) if isinstance(raw_args, dict) else None
     if body.get("kind") in SQL_KINDS:
         _sql_sink(m, task, args, path)
     elif args is not None:

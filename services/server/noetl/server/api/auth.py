@@ -59,7 +59,7 @@ def _cookie(scope: dict[str, Any], name: str) -> str | None:
 def _bearer(scope: dict[str, Any]) -> str | None:
     for name, value in scope.get("headers") or ():
         if name == b"authorization":
-            text = value.decode("latin-1")
+            text: str = value.decode("latin-1")
             scheme, _, cred = text.partition(" ")
             if scheme.lower() == "bearer" and cred.strip():
                 return cred.strip()

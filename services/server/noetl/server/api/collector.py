@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from noetl.events import subjects as s
-from noetl.events.envelope import loads
+from noetl.events.envelope import Event, loads
 from noetl.events.nats_port import as_bus
 from noetl.events.port import Message, ReaderLostError
 from noetl.events.runtime import cancel_and_wait
@@ -91,7 +91,7 @@ class MetricsCollector:
         elif name == "workflow.finished":
             self.metrics.execution_finished(eid, str((ev.get("payload") or {}).get("status", "unknown")))
 
-    def observe(self, ev: dict[str, Any]) -> None:
+    def observe(self, ev: Event) -> None:
         """An event the server handled or decided: ``step.scheduled`` opens a run, a terminal closes it."""
         name = ev.get("name")
         if name != "step.scheduled" and name not in _STEP_END:

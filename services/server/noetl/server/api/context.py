@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,9 @@ class ApiContext:
     token: str | None = None
     admin_token: str | None = None
     metrics: Metrics = field(default_factory=Metrics)
+    # the server's own account of its deciding (``Server.liveness``): owned partitions, those
+    # without a live reader, restarts; None where no server runs beside the API
+    liveness: Callable[[], dict[str, Any]] | None = None
     closing: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -38,7 +42,8 @@ class ApiContext:
 
 
 def ctx_of(request: Request) -> ApiContext:
-    return request.app.state.noetl
+    ctx: ApiContext = request.app.state.noetl
+    return ctx
 
 
 def error(status: int, cls: type[NoetlError], message: str, **extra: Any) -> JSONResponse:

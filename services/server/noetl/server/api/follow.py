@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from noetl.events import subjects as s
@@ -76,7 +76,7 @@ def _decoded(m: Message) -> Any:
 
 async def _paced(
     messages: AsyncIterator[Message], stop: asyncio.Event | None, idle: float | None
-) -> AsyncIterator[Message | None]:
+) -> AsyncGenerator[Message | None, None]:
     """``messages``, with a None after every ``idle`` quiet seconds, until ``stop`` is set.
 
     A quiet spell leaves the pending read in place: cancelling an async generator's step would end

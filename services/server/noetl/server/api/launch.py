@@ -80,6 +80,7 @@ async def start_operations(
                     port=http_port,
                     insecure=insecure,
                 )
+                ops.api.ctx.liveness = svc.liveness
                 await ops.api.start()
                 ops.parts.append(ops.api)
                 svc.observer = ops.api.collector.observe

@@ -109,6 +109,31 @@ class Metrics:
         out.family("noetl_runtime_processes", "gauge", "Live servers and workers in noetl_runtime.")
         for role, n in sorted(live.get("runtime", {}).items()):
             out.sample("noetl_runtime_processes", n, role=role)
+        out.family(
+            "noetl_executions_stalled",
+            "gauge",
+            "Running executions with no event for NOETL_STALL_AFTER_S that wait for nothing declared "
+            "(state=stalled), or for a pool without a live worker (state=queued).",
+        )
+        for state in ("stalled", "queued"):
+            out.sample("noetl_executions_stalled", live.get("stalled", {}).get(state, 0), state=state)
+        server = live.get("server")
+        if server is not None:
+            out.family("noetl_partitions_owned", "gauge", "Partitions this server replica holds a lease for.")
+            out.sample("noetl_partitions_owned", len(server["partitions_owned"]))
+            out.family(
+                "noetl_partitions_without_reader",
+                "gauge",
+                "Partitions this replica holds with no live reader (nothing decides for them).",
+            )
+            out.sample("noetl_partitions_without_reader", len(server["partitions_without_reader"]))
+            out.family("noetl_reader_restarts_total", "counter", "Partition readers lost and opened again.")
+            out.sample("noetl_reader_restarts_total", server["reader_restarts"])
+        out.family(
+            "noetl_loop_restarts_total", "counter", "Long-lived loops of this process ended and restarted."
+        )
+        for loop_name, n in sorted(live.get("loop_restarts", {}).items()):
+            out.sample("noetl_loop_restarts_total", n, loop=loop_name)
         out.family("noetl_http_requests_total", "counter", "HTTP requests served by this process.")
         for (method, endpoint, code), n in sorted(self.http_requests.items()):
             out.sample("noetl_http_requests_total", n, method=method, endpoint=endpoint, code=code)

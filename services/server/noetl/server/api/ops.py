@@ -2,7 +2,8 @@
 
 ``/health`` answers as long as the process serves HTTP (a liveness probe must not fail because
 NATS is away: restarting the server would not bring NATS back); ``/ready`` answers 200 only when
-NATS is connected and the streams exist, so a load balancer sends no request that would fail.
+NATS is connected, the streams exist and every partition this server holds has a live reader, so
+a load balancer sends no request that would fail and a replica that decides nothing says so.
 
 On a bus with no NATS connection under it (the in-memory twin) the probes and metrics say what
 the port can answer: the streams (``Bus.count``) and the runtime bucket, not consumers' lag.
@@ -21,9 +22,11 @@ from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
 
 from noetl.events import subjects as s
+from noetl.events import supervise
 from noetl.events.histogram import Histogram
 from noetl.events.runtime import list_runtime
 from noetl.server.api.context import ctx_of
+from noetl.server.api.queries import stall_counts
 from noetl.store.audit import AUDIT_STREAM
 
 STREAMS = (s.EVENTS_STREAM, s.COMMANDS_STREAM, s.REQUESTS_STREAM, AUDIT_STREAM)
@@ -53,7 +56,7 @@ async def health(request: Request) -> Response:
 async def ready(request: Request) -> Response:
     """
     ---
-    summary: Readiness (NATS connected, streams present)
+    summary: Readiness (NATS connected, streams present, every owned partition read)
     security: []
     responses:
       200: {description: ready}
@@ -70,9 +73,16 @@ async def ready(request: Request) -> Response:
             except Exception:
                 checks[name] = False
     ok = all(checks.values()) and len(checks) == 1 + len(STREAMS)
-    return JSONResponse(
-        {"status": "ready" if ok else "not_ready", "checks": checks}, status_code=200 if ok else 503
-    )
+    body: dict[str, Any] = {"status": "ready" if ok else "not_ready", "checks": checks}
+    if ctx.liveness is not None:
+        # a server that holds a partition and reads nothing for it decides nothing: not ready
+        live = ctx.liveness()
+        checks["partitions"] = not live["partitions_without_reader"]
+        body["partitions_owned"] = live["partitions_owned"]
+        body["partitions_without_reader"] = live["partitions_without_reader"]
+        ok = ok and checks["partitions"]
+        body["status"] = "ready" if ok else "not_ready"
+    return JSONResponse(body, status_code=200 if ok else 503)
 
 
 def _connected(nc: Any) -> bool:
@@ -133,6 +143,12 @@ async def metrics(request: Request) -> Response:
     """
     ctx = ctx_of(request)
     live = await read_live(ctx.bus) if _connected(ctx.nc) else {}
+    if _connected(ctx.nc):
+        with contextlib.suppress(Exception):
+            live["stalled"] = await stall_counts(ctx.bus, sorted(ctx.metrics.running))
+    if ctx.liveness is not None:
+        live["server"] = ctx.liveness()
+    live["loop_restarts"] = dict(supervise.restarts)
     return PlainTextResponse(ctx.metrics.render(live), media_type="text/plain; version=0.0.4")
 
 

@@ -10,16 +10,22 @@ connection or JetStream context (``noetl.events.nats_port.as_bus``): the CLI sti
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from noetl.client.activity import loop_counters, task_outputs
+from noetl.client.stalls import DEFAULT_STALL_AFTER_S, assess
 from noetl.client.view import execution_output, waiting_for
 from noetl.dsl.errors import brief
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events
 from noetl.events.envelope import loads
 from noetl.events.nats_port import as_bus
+from noetl.events.runtime import list_runtime
 
 REQUESTED_FILTER = s.events_named("playbook.execution.requested")
 FINISHED_FILTER = s.events_named("workflow.finished")
@@ -39,7 +45,7 @@ async def _read(bus: Any, filters: list[str]) -> list[tuple[int, Any]]:
     return [(m.seq, loads(m.data)) for m in await bus.read(s.EVENTS_STREAM, filters)]
 
 
-def _summary_of(requested: dict[str, Any] | None, finished: dict[str, Any] | None) -> dict[str, Any]:
+def _summary_of(requested: Mapping[str, Any] | None, finished: Mapping[str, Any] | None) -> dict[str, Any]:
     req = (requested or {}).get("payload") or {}
     fin = (finished or {}).get("payload") or {}
     any_ev = requested or finished or {}
@@ -125,6 +131,7 @@ async def list_executions(
             break
         items.append(item)
     await _waits(bus, items)
+    await _stalls(bus, items, req_by)
     return {"executions": items, "next_cursor": next_cursor}
 
 
@@ -144,7 +151,19 @@ async def execution_status(conn: Any, execution_id: str) -> dict[str, Any] | Non
     waits = waiting_for(events)  # SEMANTICS §17: the signals it waits for, and a pause
     out["waiting"], out["paused"] = waits["signals"], waits["paused"]
     out["loops"] = loop_counters(events)  # per loop step: total, done, failed, in flight of each run
+    out["stalled"] = await stall_of(conn, events, waiting=bool(out["waiting"]), paused=out["paused"])
     return out
+
+
+async def stall_of(
+    conn: Any, events: Sequence[Mapping[str, Any]], *, waiting: bool, paused: bool
+) -> dict[str, Any] | None:
+    """Whether an execution whose events are all read is stalled, and why (None when it is not)."""
+    if not events or any(e.get("name") == "workflow.finished" for e in events):
+        return None
+    requested = next((e for e in events if e.get("name") == "playbook.execution.requested"), None)
+    pools, workers = await _live(as_bus(conn))
+    return _assess(events[-1], requested, {"waiting": waiting, "paused": paused}, pools, workers)
 
 
 async def execution_logs(
@@ -166,6 +185,111 @@ async def execution_logs(
             except Exception as e:  # removed by retention, or damaged: say so, keep the others
                 entry["output"] = f"[output not readable from the object store: {type(e).__name__}]\n"
     return out
+
+
+def stall_after() -> float:
+    """``NOETL_STALL_AFTER_S``: seconds without an event before a running execution that waits for
+    nothing declared is reported as stalled."""
+    try:
+        return float(os.environ.get("NOETL_STALL_AFTER_S", DEFAULT_STALL_AFTER_S))
+    except ValueError:
+        return DEFAULT_STALL_AFTER_S
+
+
+async def _live(bus: Any) -> tuple[set[str] | None, set[str] | None]:
+    """Live worker pools and worker ids from the runtime registry; None when it cannot be read."""
+    try:
+        entries = await list_runtime(bus, "worker")
+    except Exception:
+        return None, None
+    if not entries:  # no registry kept here (an embedded run): nothing can be said of pools
+        return None, None
+    return {str(e.get("pool")) for e in entries}, {str(e.get("id")) for e in entries}
+
+
+def _pool_of(requested: Mapping[str, Any] | None, step: Any) -> str | None:
+    """The pool of ``step`` in the playbook the execution was requested with."""
+    from noetl.dsl.cache import parse_playbook
+    from noetl.dsl.specmerge import effective_step_spec
+    from noetl.events.subjects import DEFAULT_POOL
+
+    text = ((requested or {}).get("payload") or {}).get("playbook")
+    if not isinstance(text, str) or not isinstance(step, str):
+        return None
+    try:
+        pb = parse_playbook(text, "<request>")
+        return str(effective_step_spec(pb, pb.step(step)).get("pool") or DEFAULT_POOL)
+    except Exception:
+        return None
+
+
+def _assess(
+    last: Mapping[str, Any],
+    requested: Mapping[str, Any] | None,
+    item: dict[str, Any],
+    pools: set[str] | None,
+    workers: set[str] | None,
+) -> dict[str, Any] | None:
+    return assess(
+        last,
+        datetime.now(UTC),
+        waiting=bool(item.get("waiting")),
+        paused=bool(item.get("paused")),
+        step_pool=_pool_of(requested, last.get("entity_id")),
+        live_pools=pools,
+        live_workers=workers,
+        after_s=stall_after(),
+    )
+
+
+async def _stalls(bus: Any, items: list[dict[str, Any]], requested: dict[str, dict[str, Any]]) -> None:
+    """Fill in ``stalled`` for the running executions of a page: one read of each one's last event."""
+    running = [item for item in items if item["status"] == "running"]
+    for item in items:
+        item["stalled"] = None
+    if not running:
+        return
+    pools, workers = await _live(bus)
+    gate = asyncio.Semaphore(8)
+
+    async def one(item: dict[str, Any]) -> None:
+        eid = item["execution_id"]
+        async with gate:
+            with contextlib.suppress(Exception):
+                msg = await bus.last(s.EVENTS_STREAM, s.execution_events_filter(eid))
+                if msg is not None:
+                    item["stalled"] = _assess(loads(msg.data), requested.get(eid), item, pools, workers)
+
+    await asyncio.gather(*(one(item) for item in running))
+
+
+MAX_STALL_SCAN = 500  # running executions a metrics scrape looks at
+
+
+async def stall_counts(conn: Any, running: list[str]) -> dict[str, int]:
+    """How many of the ``running`` executions are stalled or queued for a pool without workers
+    (``/metrics``); at most ``MAX_STALL_SCAN`` are looked at per scrape."""
+    bus = as_bus(conn)
+    items: list[dict[str, Any]] = [
+        {"execution_id": eid, "status": "running"} for eid in running[:MAX_STALL_SCAN]
+    ]
+    if not items:
+        return {}
+    await _waits(bus, items)
+    requested: dict[str, dict[str, Any]] = {}
+    for item in items:
+        eid = item["execution_id"]
+        subject = s.execution_event_filter(eid, "playbook.execution.requested")
+        with contextlib.suppress(Exception):
+            msg = await bus.last(s.EVENTS_STREAM, subject)
+            if msg is not None:
+                requested[eid] = loads(msg.data)
+    await _stalls(bus, items, requested)
+    counts: dict[str, int] = {}
+    for item in items:
+        if item["stalled"]:
+            counts[item["stalled"]["state"]] = counts.get(item["stalled"]["state"], 0) + 1
+    return counts
 
 
 def request_status_code(reply: dict[str, Any]) -> int:

@@ -10,11 +10,13 @@ event hides everything else.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from noetl.client.view import waiting_for
+from noetl.events.vocabulary import EventName
 
 _TERMINAL = {"step.done": "done", "loop.done": "done", "step.failed": "failed"}
 # the order a step's status is picked in when it has several runs: what needs attention first
@@ -137,6 +139,8 @@ class ExecutionView:
     arcs: Counter[tuple[str, int]] = field(default_factory=Counter)  # (step, arc index) -> fired
     events: int = 0
     finished: bool = False  # playbook.processed seen: nothing more will come
+    # no event for a while, waiting for nothing declared (``noetl.client.stalls``); set by the page
+    stalled: dict[str, Any] | None = None
 
     @property
     def duration_ms(self) -> float | None:
@@ -180,7 +184,7 @@ def format_ms(ms: float | None) -> str:
     return f"{minutes // 60} h {minutes % 60} min"
 
 
-def _run(view: ExecutionView, by_id: dict[str, StepRun], ev: dict[str, Any]) -> StepRun:
+def _run(view: ExecutionView, by_id: dict[str, StepRun], ev: Mapping[str, Any]) -> StepRun:
     rid = str(ev.get("step_run_id") or "")
     run = by_id.get(rid)
     if run is None:  # a step that failed before it was scheduled, or an event read out of order
@@ -189,13 +193,13 @@ def _run(view: ExecutionView, by_id: dict[str, StepRun], ev: dict[str, Any]) -> 
     return run
 
 
-def fold(execution_id: str, events: list[dict[str, Any]]) -> ExecutionView:
+def fold(execution_id: str, events: Sequence[Mapping[str, Any]]) -> ExecutionView:
     view = ExecutionView(execution_id)
     by_id: dict[str, StepRun] = {}
     tasks: dict[str, TaskRun] = {}
     for ev in events:
-        name = ev.get("name")
-        payload = ev.get("payload") if isinstance(ev.get("payload"), dict) else {}
+        name: EventName | None = ev.get("name")  # so each name compared below is checked
+        payload = raw if isinstance(raw := ev.get("payload"), dict) else {}
         view.events += 1
         view.last_at = ev.get("timestamp") or view.last_at
         if name == "playbook.execution.requested":
@@ -253,14 +257,16 @@ def fold(execution_id: str, events: list[dict[str, Any]]) -> ExecutionView:
             run.tasks.append(task)
         elif name == "task.done":
             run = _run(view, by_id, ev)
-            task = tasks.get(str(ev.get("task_run_id")))
-            if task is None:
+            found = tasks.get(str(ev.get("task_run_id")))
+            if found is not None:
+                task = found
+            else:
                 task = tasks[str(ev.get("task_run_id"))] = TaskRun(
                     str(payload.get("task") or ev.get("entity_id"))
                 )
                 run.tasks.append(task)
-            outcome = payload.get("outcome") if isinstance(payload.get("outcome"), dict) else {}
-            meta = outcome.get("meta") if isinstance(outcome.get("meta"), dict) else {}
+            outcome = raw if isinstance(raw := payload.get("outcome"), dict) else {}
+            meta = raw if isinstance(raw := outcome.get("meta"), dict) else {}
             task.status = str(outcome.get("status") or ev.get("status") or "done")
             task.ended, task.result = ev.get("timestamp"), outcome.get("result")
             task.error = outcome.get("error") if isinstance(outcome.get("error"), dict) else None

@@ -168,9 +168,11 @@ def layout(playbook: Playbook) -> Graph:
                 x1, y1 = src.cx + spread, src.y + src.h
                 x2, y2 = dst.cx, dst.y
                 dy = max(24.0, (y2 - y1) / 2)
-                d = f"M{x1:.1f},{y1:.1f} C{x1:.1f},{y1 + dy:.1f} {x2:.1f},{y2 - dy:.1f} {x2:.1f},{y2 - 2:.1f}"
+                svg = (
+                    f"M{x1:.1f},{y1:.1f} C{x1:.1f},{y1 + dy:.1f} {x2:.1f},{y2 - dy:.1f} {x2:.1f},{y2 - 2:.1f}"
+                )
                 edge = Edge(
-                    s.name, k, arc.step, d, _short(full, MAX_LABEL), full, (x1 + x2) / 2, (y1 + y2) / 2
+                    s.name, k, arc.step, svg, _short(full, MAX_LABEL), full, (x1 + x2) / 2, (y1 + y2) / 2
                 )
             else:
                 bulge += 22.0
@@ -178,12 +180,12 @@ def layout(playbook: Playbook) -> Graph:
                 x1, y1 = src.x + src.w, src.y + src.h * (0.35 if src is not dst else 0.3)
                 x2, y2 = dst.x + dst.w + 2, dst.y + dst.h * (0.65 if src is not dst else 0.7)
                 xm = max(x1, x2) + b
-                d = f"M{x1:.1f},{y1:.1f} C{xm:.1f},{y1:.1f} {xm:.1f},{y2:.1f} {x2:.1f},{y2:.1f}"
+                svg = f"M{x1:.1f},{y1:.1f} C{xm:.1f},{y1:.1f} {xm:.1f},{y2:.1f} {x2:.1f},{y2:.1f}"
                 edge = Edge(
                     s.name,
                     k,
                     arc.step,
-                    d,
+                    svg,
                     _short(full, MAX_LABEL),
                     full,
                     max(x1, x2) + b * 0.75,

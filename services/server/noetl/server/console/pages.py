@@ -15,7 +15,7 @@ from __future__ import annotations
 import hmac
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -33,11 +33,12 @@ from noetl.client.run import signal as request_signal
 from noetl.dsl.errors import PlaybookInvalidError, RequestInvalidError, reply_error
 from noetl.dsl.validate import load_playbook
 from noetl.events.bus import read_execution_events
+from noetl.events.envelope import Event
 from noetl.events.runtime import list_runtime
 from noetl.server.api.auth import SESSION_COOKIE, session_value
 from noetl.server.api.context import ctx_of, read_body
 from noetl.server.api.follow import follow_events
-from noetl.server.api.queries import list_executions, valid_execution_id
+from noetl.server.api.queries import list_executions, stall_of, valid_execution_id
 from noetl.server.console.fold import ExecutionView, duration_ms, fold
 from noetl.server.console.graph import Graph, layout
 from noetl.server.console.render import STATIC, page, render
@@ -153,7 +154,7 @@ def _token_of(ctx: Any, presented: str) -> str | None:
     """The configured token ``presented`` matches (compared in constant time), if any."""
     for token in (ctx.admin_token, ctx.token):
         if token and hmac.compare_digest(presented.encode(), token.encode()):
-            return token
+            return str(token)
     return None
 
 
@@ -241,7 +242,7 @@ async def executions_page(request: Request) -> Response:
     )
 
 
-async def _graph_for(ctx: Any, events: list[dict[str, Any]]) -> Graph | None:
+async def _graph_for(ctx: Any, events: Sequence[Mapping[str, Any]]) -> Graph | None:
     requested = next((e for e in events if e.get("name") == "playbook.execution.requested"), None)
     if requested is None:  # a request refused before it was recorded has no playbook
         return None
@@ -278,7 +279,7 @@ def _node_states(view: ExecutionView) -> dict[str, dict[str, str]]:
     return out
 
 
-async def _read_view(request: Request) -> tuple[ExecutionView, list[dict[str, Any]]] | Response:
+async def _read_view(request: Request) -> tuple[ExecutionView, list[Event]] | Response:
     """The execution's fold and events, or the page that says there is no such execution."""
     eid = request.path_params["execution_id"]
     if not valid_execution_id(eid):
@@ -286,7 +287,9 @@ async def _read_view(request: Request) -> tuple[ExecutionView, list[dict[str, An
     events = await read_execution_events(ctx_of(request).bus, eid)
     if not events:
         return page(request, "missing.html", 404, what=f"execution {eid}")
-    return fold(eid, events), events
+    view = fold(eid, events)
+    view.stalled = await stall_of(ctx_of(request).bus, events, waiting=bool(view.waiting), paused=view.paused)
+    return view, events
 
 
 async def execution_page(
