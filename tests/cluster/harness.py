@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -150,9 +151,7 @@ class RouteProxy:
 
     async def _listen(self) -> None:
         for name, (port, _) in self.ports.items():
-            server = await asyncio.start_server(
-                lambda r, w, dst=name: self._serve(dst, r, w), "127.0.0.1", port
-            )
+            server = await asyncio.start_server(functools.partial(self._serve, name), "127.0.0.1", port)
             self._servers.append(server)
 
     async def _name_of(self, line: bytes) -> str | None:

@@ -134,7 +134,14 @@ async def rolling_restart(case: Case) -> None:
             await asyncio.sleep(3)
 
 
+async def no_fault(case: Case) -> None:
+    """The baseline: the same load, nothing breaks; its recovery is how long the last four
+    fifths of the load take by themselves."""
+    case.note("no fault")
+
+
 FAULTS: dict[str, Fault] = {
+    "baseline-no-fault": no_fault,
     "sigkill-events-leader": kill_leader_of(s.EVENTS_STREAM),
     "sigkill-commands-leader": kill_leader_of(s.COMMANDS_STREAM),
     "sigkill-leases-leader": kill_leader_of(f"KV_{s.LEASES_BUCKET}"),

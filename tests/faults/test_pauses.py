@@ -66,6 +66,8 @@ def pause(kind: str, seconds: float, *, settle: float = 0.0) -> Fault:
         victim.send_signal(signal.SIGSTOP)
         try:
             await asyncio.sleep(seconds)
+            if kind == "worker":
+                case.note(await _commands_consumer(case))
         finally:
             victim.send_signal(signal.SIGCONT)
         case.ended()
@@ -73,6 +75,19 @@ def pause(kind: str, seconds: float, *, settle: float = 0.0) -> Fault:
         await asyncio.sleep(settle)
 
     return fault
+
+
+async def _commands_consumer(case: Case) -> str:
+    """The workers' consumer as JetStream sees it: held commands whose ack wait ran out are
+    counted as pending redelivery while the worker sleeps."""
+    try:
+        info = await case.js.consumer_info(s.COMMANDS_STREAM, s.worker_consumer(s.DEFAULT_POOL))
+    except Exception as e:
+        return f"consumer info failed: {e!r}"
+    return (
+        f"commands consumer before SIGCONT: ack pending {info.num_ack_pending}, "
+        f"redelivered {info.num_redelivered}, pending {info.num_pending}"
+    )
 
 
 @pytest.mark.parametrize("factor", FACTORS)

@@ -177,8 +177,8 @@ HEAVY_CHAIN = "\n".join(
     ]
     + [
         f"  - step: {'start' if i == 0 else f's{i}'}\n"
-        f"    tool: [{{name: t, kind: noop, result: \"{_HEAVY}\"}}]"
-        + (f"\n    next: {{arcs: [{{step: s{i + 1}, args: {{x: \"{_HEAVY}\"}}}}]}}" if i < 7 else "")
+        f'    tool: [{{name: t, kind: noop, result: "{_HEAVY}"}}]'
+        + (f'\n    next: {{arcs: [{{step: s{i + 1}, args: {{x: "{_HEAVY}"}}}}]}}' if i < 7 else "")
         for i in range(8)
     ]
 )
