@@ -131,8 +131,22 @@ async def test_busy_server_paused(
     assert result.ok, f"{result.message()}\n\n{services.output(tail=2000)}"
 
 
+WORKER_LOADS = {
+    # every slot busy: on waking up it finishes what it holds before it can ask for more
+    "saturated": Load(
+        executions=10, iterations=40, max_in_flight=20, delay=0.3, read_timeout=WORKER_PAUSE * 3
+    ),
+    # free slots: a pull request goes out at once and JetStream hands the expired commands back
+    # while their first runs are finishing
+    "free-slots": Load(
+        executions=3, iterations=40, max_in_flight=4, delay=0.3, read_timeout=WORKER_PAUSE * 3
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", list(WORKER_LOADS))
 async def test_worker_paused_beyond_the_ack_wait(
-    cluster: Cluster, services: Services, recorder: Recorder
+    shape: str, cluster: Cluster, services: Services, recorder: Recorder
 ) -> None:
     """Pauses: the only worker for 40 s (ack wait 30 s, the default) while it holds commands in
     the middle of their POSTs (the recorder answers after 0.3 s); JetStream delivers them again
@@ -145,12 +159,12 @@ async def test_worker_paused_beyond_the_ack_wait(
     10 executions failed that way). That is the time-out doing its job, not what this case is
     about: redelivery."""
     result = await run_case(
-        f"worker-sigstop-{WORKER_PAUSE:g}s-beyond-ack-wait-{ACK_WAIT:g}s",
+        f"worker-sigstop-{WORKER_PAUSE:g}s-beyond-ack-wait-{ACK_WAIT:g}s-{shape}",
         cluster,
         services,
         recorder,
         pause("worker", WORKER_PAUSE),
-        load=Load(executions=10, iterations=40, max_in_flight=20, delay=0.3, read_timeout=WORKER_PAUSE * 3),
+        load=WORKER_LOADS[shape],
         servers=1,
         workers=1,
         stall=WORKER_PAUSE + 20,
