@@ -146,7 +146,8 @@ def test_probes_and_service_use_the_http_port(port: int) -> None:
     assert arg_after(c["args"], "--http-port") == str(port)
     (p,) = c["ports"]
     assert (p["name"], p["containerPort"]) == ("http", port)
-    assert c["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    # liveness must not fail while NATS is away (/health then says 503): restarting would not help
+    assert c["livenessProbe"]["httpGet"] == {"path": "/live", "port": "http"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
     svc = named(docs, "Service", "noetl-server")
     assert svc["spec"]["ports"][0]["targetPort"] == "http"

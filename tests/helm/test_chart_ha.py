@@ -350,3 +350,42 @@ def test_notes_warn_of_standbys_and_of_two_copies() -> None:
     notes = render({"server": {"replicaCount": 5, "partitions": 3}, "jetstream": {"replicas": 2}})[NOTES]
     assert "2 replica(s) beyond the 3 partition(s) own none and stand by" in notes
     assert "WARNING: jetstream.replicas is 2" in notes
+
+
+# --- the bundled NATS: a version with message scheduling, and the fsync choice ----------------
+
+
+def _version(tag: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in tag.split("-")[0].lstrip("v").split("."))
+
+
+def test_the_bundled_nats_is_a_version_with_message_scheduling(chart_with_nats: Path) -> None:
+    """The NATS chart 1.2 alone installs nats-server 2.11, which accepts a schedule and never fires
+    it: every timer and cron schedule would silently do nothing (issue 25)."""
+    defaults = yaml.safe_load((CHART_DIR / "values.yaml").read_text())["nats"]
+    assert _version(defaults["container"]["image"]["tag"]) >= (2, 14, 0)
+    got = _nats_values(render({"nats": {"enabled": True}}, chart_dir=chart_with_nats))
+    assert got["container"]["image"] == {"repository": "nats", "tag": "2.15.1-alpine"}
+
+
+@pytest.mark.parametrize("tag", ["2.11.10-alpine", "2.12.1", "v2.13.0-alpine"])
+def test_an_older_bundled_nats_is_refused(tag: str) -> None:
+    with pytest.raises(helm.HelmRenderError, match=r"nats-server 2\.14 or later"):
+        render({"nats": {"enabled": True, "container": {"image": {"tag": tag}}}})
+
+
+@pytest.mark.parametrize("tag", ["2.14.0", "2.15.1-alpine", "latest", "2.16.0-rc.1"])
+def test_a_recent_or_unversioned_bundled_nats_renders(tag: str) -> None:
+    render({"nats": {"enabled": True, "container": {"image": {"tag": tag}}}})
+    render({"nats": {"container": {"image": {"tag": "2.9.0"}}}})  # not installed: not checked
+
+
+def test_the_fsync_choice_is_stated_and_always_is_one_value(chart_with_nats: Path) -> None:
+    got = _nats_values(render({"nats": {"enabled": True}}, chart_dir=chart_with_nats))
+    assert got["config"]["jetstream"]["merge"] == {"sync_interval": "2m"}  # nats-server's default, explicit
+    values = {"nats": {"enabled": True, "config": {"jetstream": {"merge": {"sync_interval": "always"}}}}}
+    got = _nats_values(render(values, chart_dir=chart_with_nats))
+    assert got["config"]["jetstream"]["merge"]["sync_interval"] == "always"
+    assert got["config"]["jetstream"]["fileStore"]["enabled"] is True  # the rest of the block stays
+    text = (CHART_DIR / "values.yaml").read_text()
+    assert "docs/guarantees.md" in text and "`always`" in text

@@ -116,6 +116,11 @@ RUNS: list[tuple[str, list[str], dict[str, Any]]] = [
     ),
     ("loop_parallel.yaml", [], {"result": {"done": 3, "failed": 1, "parsed": ["a.csv", "b.csv", "c.csv"]}}),
     ("subplaybook.yaml", ["--catalog", str(EXAMPLES / "lib")], {"result": {"doubled": 42}}),
+    (
+        "tool_script.yaml",
+        [],
+        {"result": {"count": 2, "lines": ["hello ada", "hello grace"]}, "ctx": {"missing": True}},
+    ),
 ]
 
 

@@ -41,6 +41,7 @@ UNTRANSLATED = {
 INCOMPLETE = {
     "001_s8_vars_fetch_user.yaml": ["workflow[1].tool[0].auth"],  # a postgres task without credentials
     "004_mixed_layers.yaml": ["workflow[1].tool[0].url"],  # `url: ...` is a placeholder
+    "002_s13_minimal_step.yaml": ["workflow[1].tool[2].auth"],  # `auth: pg_k8s`, never declared
 }
 
 
@@ -90,6 +91,14 @@ def test_conformance_legacy_cases_migrate(case: str) -> None:
 
 
 def test_v10_playbook_is_returned_unchanged() -> None:
-    text = (FIXTURES / "002_s1_2_root_layout.yaml").read_text()
+    legacy = (FIXTURES / "002_s1_2_root_layout.yaml").read_text()
+    text = legacy.replace("executor:\n  kind: distributed\n", "executor:\n")
+    assert text != legacy
     result = migrate_text(text, "x.yaml")
     assert result.text == text and result.notes == []
+
+
+def test_executor_kind_of_spec_002_is_dropped_with_a_note() -> None:
+    result = migrate_text((FIXTURES / "002_s1_2_root_layout.yaml").read_text(), "x.yaml")
+    assert result.text is not None and "kind: distributed" not in result.text and not result.problems
+    assert any("executor.kind" in str(n) for n in result.notes), result.notes

@@ -164,10 +164,10 @@ def test_step_scope_policies_admit_and_failure_mode() -> None:
     [
         ("{in: '{{ workload.xs }}', iterator: x}", "sequential", 16, {}),
         (
-            "{in: [1, 2], iterator: x, spec: {mode: parallel, max_in_flight: 3, chunk: 2}}",
+            "{in: [1, 2], iterator: x, spec: {mode: parallel, max_in_flight: 3, timeout: 2}}",
             "parallel",
             3,
-            {"chunk": 2},
+            {"timeout": 2},
         ),
         (
             "{in: [1], iterator: x, spec: {policy: {mode: parallel, max_in_flight: 4, exec: local}}}",
@@ -192,14 +192,14 @@ def test_loop_modes_from_spec_or_spec_policy(loop: str, mode: str, cap: int, spe
 def test_playbook_fields_source_digest_and_file() -> None:
     text = steps(
         "- step: start\n  tool: {kind: noop}\n",
-        root="keychain: [{name: pg, kind: postgres_credential, scope: ro}]\nworkload: {a: 1}\n"
+        root="keychain: [{name: pg, kind: postgres_credential}]\nworkload: {a: 1}\n"
         "executor: {spec: {timeout: 1}}\nworkbook: {tasks: {w: {kind: noop}}}\n",
     )
     pb = load_playbook(text, "p.yaml")
     assert pb.source == text and pb.file == "p.yaml"
     assert pb.digest == hashlib.sha256(text.encode()).hexdigest()
     assert pb.metadata.name == "t"
-    assert pb.keychain[0].name == "pg" and pb.keychain[0].extra == {"scope": "ro"}
+    assert pb.keychain[0].name == "pg" and pb.keychain[0].extra == {}
     assert pb.workload == {"a": 1} and pb.executor == {"spec": {"timeout": 1}}
     assert pb.workbook == {"w": {"kind": "noop"}}
     assert pb.step("start").name == "start"

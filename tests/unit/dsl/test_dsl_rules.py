@@ -293,7 +293,7 @@ def test_lines_point_at_the_offending_key() -> None:
         task_with_rules("- else: null\n  then: {do: continue}"),
         task_with_rules(
             '- when: "{{ outcome.status == \'error\' }}"\n  then: {do: retry, attempts: "{{ 2 }}", '
-            "backoff: linear, delay: 0.5, max_delay: 2}\n- else: {then: {set_iter: {a: 1}}}"
+            "backoff: linear, delay: 0.5, max_delay: 2}\n- else: {then: {set_ctx: {a: 1}}}"
         ),
         steps(
             "- step: start\n  loop: {in: [1, 2], iterator: x, spec: {mode: parallel}}\n"
@@ -301,7 +301,7 @@ def test_lines_point_at_the_offending_key() -> None:
         ),
         steps(
             "- step: start\n  tool: {kind: noop}\n",
-            root="keychain: [{name: k, kind: secret, scope: x}]\n"
+            root="keychain: [{name: k, kind: secret}]\n"
             "executor: {spec: {timeout: 3}}\nworkload: {x: 1}\nworkbook: {tasks: {w: {kind: noop}}}\n",
         ),
         steps(

@@ -177,7 +177,8 @@ def test_workbook_reference_is_checked_as_its_template_kind() -> None:
     found = problems(tasks("- name: t\n  kind: workbook\n  task: q\n  comand: select 2\n", root=WORKBOOK))
     one(found, "workflow[0].tool[0].comand", "template `q` is `kind: postgres`", "did you mean `command`?")
     one(found, "workflow[0].tool[0].auth", "needs `auth`", "workbook.tasks.q")
-    ok = tasks("- name: t\n  kind: workbook\n  task: q\n  auth: pg\n  spec: {timeout: 3}\n", root=WORKBOOK)
+    declared = "keychain: [{name: pg, kind: postgres_credential}]\n" + WORKBOOK
+    ok = tasks("- name: t\n  kind: workbook\n  task: q\n  auth: pg\n  spec: {timeout: 3}\n", root=declared)
     assert [p.path for p in problems(ok) if p.path.startswith("workflow")] == []
 
 

@@ -62,7 +62,8 @@ async def test_a_fail_fast_local_loop_starts_nothing_after_the_failure(bus: Any,
         bus, {"request_id": uuid.uuid4().hex, "playbook": loop("sequential", fail_at=3)}, timeout=60
     )
     assert out["status"] == "failed" and out["error"]["kind"] == "python_error", out.get("error")
-    ended = [e["payload"]["index"] for e in out["events"] if e["name"].startswith("loop.iteration.")]
+    terminal = ("loop.iteration.done", "loop.iteration.failed")
+    ended = [e["payload"]["index"] for e in out["events"] if e["name"] in terminal]
     stopped = [e for e in out["events"] if e["name"] == "loop.local.stopped"]
     assert ended == [0, 1, 2, 3], f"iterations that ran: {ended}"
     assert len(stopped) == 1 and stopped[0]["payload"]["skipped"] == list(range(4, 40))

@@ -14,6 +14,13 @@ def test_conformance_format(tmp_path) -> None:
     }
 
 
+def test_an_entry_without_kind_takes_the_kind_the_playbook_declares(tmp_path) -> None:
+    p = tmp_path / "c.yaml"
+    p.write_text("pg:\n  data: {dsn: 'postgresql://x'}\napi:\n  kind: secret\n  data: {value: v}\n")
+    got = load_credentials_file(p, {"pg": "postgres_credential", "api": "other"})
+    assert got["pg"]["kind"] == "postgres_credential" and got["api"]["kind"] == "secret"
+
+
 def test_empty_file(tmp_path) -> None:
     p = tmp_path / "c.yaml"
     p.write_text("")

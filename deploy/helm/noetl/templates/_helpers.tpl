@@ -332,3 +332,20 @@ Pod annotations that roll the pods when the ConfigMap or the chart's Secret chan
 checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
 checksum/secret: {{ include (print .Template.BasePath "/secret.yaml") . | sha256sum }}
 {{- end }}
+
+{{/*
+The bundled NATS must schedule messages (timers and cron schedules: nats-server 2.14 or later).
+The NATS chart 1.2 alone installs 2.11, which accepts a schedule and never fires it, so an older
+tag fails the render. A tag that names no version (a digest, "latest") is left alone: the
+processes check the version at start and refuse an old one themselves.
+*/}}
+{{- define "noetl.natsImageCheck" -}}
+{{- if .Values.nats.enabled }}
+{{- $image := ((.Values.nats.container | default dict).image | default dict) }}
+{{- $tag := toString ($image.tag | default "") }}
+{{- $version := regexFind "^v?[0-9]+\\.[0-9]+(\\.[0-9]+)?" $tag | trimPrefix "v" }}
+{{- if and $version (semverCompare "<2.14.0-0" $version) }}
+{{- fail (printf "nats.container.image.tag is %s: the bundled NATS must be nats-server 2.14 or later (JetStream message scheduling with cron, which NoETL's timers and schedules need; older servers accept a schedule and never fire it); set nats.container.image.tag to 2.15.1-alpine or later" $tag) }}
+{{- end }}
+{{- end }}
+{{- end }}

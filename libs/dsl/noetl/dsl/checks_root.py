@@ -8,6 +8,7 @@ from noetl.dsl import legacy
 from noetl.dsl.checks_rules import check_no_control, check_pool
 from noetl.dsl.checks_step import StepInfo, check_step
 from noetl.dsl.checks_task import PipelineContext, check_task
+from noetl.dsl.closed import EXECUTOR_KEYS, KEYCHAIN_ENTRY_KEYS, METADATA_KEYS, check_closed
 from noetl.dsl.knobs import check_executor_spec
 from noetl.dsl.report import Report, describe, type_name
 from noetl.dsl.yamlload import fmt_path
@@ -28,7 +29,9 @@ def check_document(doc: dict[str, Any], r: Report) -> None:
     executor = doc.get("executor")
     if executor is not None and not isinstance(executor, dict):
         r.add(("executor",), f"`executor` is a mapping (`{{spec: {{...}}}}`), found {type_name(executor)}")
-    elif isinstance(executor, dict) and executor.get("spec") is not None:
+    if isinstance(executor, dict):
+        check_closed(executor, ("executor",), EXECUTOR_KEYS, "`executor`", r)
+    if isinstance(executor, dict) and executor.get("spec") is not None:
         if isinstance(executor["spec"], dict):
             check_no_control(executor["spec"], ("executor", "spec"), "executor policy", r)
             check_pool(executor["spec"], ("executor", "spec"), r)
@@ -59,6 +62,7 @@ def _check_header(doc: dict[str, Any], r: Report) -> None:
     name = meta.get("name")
     if not isinstance(name, str) or not name.strip():
         r.add(("metadata", "name"), "`metadata.name` is required: a non-empty string naming the playbook")
+    check_closed(meta, ("metadata",), METADATA_KEYS, "`metadata`", r, elsewhere=False)
     for key in METADATA_TEXT:
         if meta.get(key) is not None and not isinstance(meta[key], str):
             r.add(("metadata", key), f"`metadata.{key}` is a string, found {type_name(meta[key])}")
@@ -91,6 +95,7 @@ def _check_keychain(keychain: Any, r: Report) -> None:
             r.add((*path, "name"), f"keychain entry {name!r} is declared twice")
         else:
             seen.add(name)
+        check_closed(entry, path, KEYCHAIN_ENTRY_KEYS, "a keychain entry", r, elsewhere=False)
         if not isinstance(entry.get("kind"), str) or not entry["kind"]:
             r.add(
                 (*path, "kind"), "a keychain entry needs `kind: <credential kind>` (e.g. postgres_credential)"

@@ -9,6 +9,17 @@ from typing import Any
 from noetl.dsl import legacy
 from noetl.dsl.checks_rules import check_no_control, check_pool, check_when, contains_control, read_rules
 from noetl.dsl.checks_task import PipelineContext, check_pipeline
+from noetl.dsl.closed import (
+    FAILURE_KEYS,
+    LOOP_POLICY_KEYS,
+    LOOP_SPEC_KEYS,
+    NEXT_SPEC_KEYS,
+    STEP_POLICY_KEYS,
+    check_closed,
+    check_limits,
+    did_you_mean,
+    spec_keys,
+)
 from noetl.dsl.knobs import check_loop_spec, check_step_spec
 from noetl.dsl.names import signal_name_problem
 from noetl.dsl.reducers import check_reducers
@@ -63,7 +74,12 @@ def check_step(step: Any, path: Path, workbook: dict[str, Any], r: Report) -> St
         r.add((*path, "desc"), f"`desc` is a string, found {type_name(step['desc'])}")
     _check_step_spec(step.get("spec"), (*path, "spec"), r)
     parallel = _check_loop(step["loop"], (*path, "loop"), r) if "loop" in step else False
-    ctx = PipelineContext(workbook=workbook, parallel=parallel, reducers=_reducers(step.get("loop"), path, r))
+    ctx = PipelineContext(
+        workbook=workbook,
+        parallel=parallel,
+        reducers=_reducers(step.get("loop"), path, r),
+        in_loop="loop" in step,
+    )
     check_pipeline(task_entries(name, step.get("tool"), path), ctx, r)
     if step.get("next") is not None:
         info.arcs = _check_next(step["next"], (*path, "next"), r)
@@ -90,12 +106,14 @@ def _check_step_spec(spec: Any, path: Path, r: Report) -> None:
     check_no_control(spec, path, "step policy", r)
     policy = spec.get("policy")
     if policy is None:
+        _closed_step_spec(spec, path, r)
         return
     if not isinstance(policy, dict):
         r.add(
             (*path, "policy"),
             f"a step `spec.policy` is a mapping (admit, failure, ...), found {type_name(policy)}",
         )
+        _closed_step_spec(spec, path, r)
         return
     ppath = (*path, "policy")
     if "rules" in policy and not contains_control(policy["rules"]):
@@ -109,16 +127,31 @@ def _check_step_spec(spec: Any, path: Path, r: Report) -> None:
     failure = policy.get("failure")
     if failure is not None and not (
         isinstance(failure, dict) and failure.get("mode", "fail_fast") in FAILURE_MODES
-    ):
+    ):  # a misspelt key of `failure` is reported below, with the key meant
         r.add(
             (*ppath, "failure"), f"`failure` is `{{mode: fail_fast|best_effort}}`, found {describe(failure)}"
         )
+    elif isinstance(failure, dict):
+        check_closed(failure, (*ppath, "failure"), FAILURE_KEYS, "`failure`", r, elsewhere=False)
     if policy.get("lifecycle") is not None:
         check_lifecycle(policy["lifecycle"], (*ppath, "lifecycle"), r)
+    check_limits(policy.get("limits"), (*ppath, "limits"), False, r)
+    check_closed(policy, ppath, STEP_POLICY_KEYS, "a step's `spec.policy`", r, scope="step.spec.policy")
+    _closed_step_spec(spec, path, r)
+
+
+def _closed_step_spec(spec: dict[str, Any], path: Path, r: Report) -> None:
+    if (keys := spec_keys()) is not None:
+        check_closed(spec, path, keys, "a step's `spec`", r)
 
 
 LIFECYCLE_KEYS = ("timeout_s", "deadline_s", "await")
 AWAIT_KEYS = ("signal", "timeout_s")
+
+
+def _meant(key: Any, allowed: tuple[str, ...]) -> str:
+    meant = did_you_mean(key, allowed)
+    return f"did you mean `{meant}`? " if meant is not None else ""
 
 
 def _positive_seconds(value: Any) -> bool:
@@ -134,7 +167,8 @@ def check_lifecycle(lc: Any, path: Path, r: Report) -> None:
         if key not in LIFECYCLE_KEYS:
             r.add(
                 (*path, key),
-                f"unknown key {describe(key)} in `lifecycle`: it has {', '.join(LIFECYCLE_KEYS)}",
+                f"unknown key {describe(key)} in `lifecycle`: {_meant(key, LIFECYCLE_KEYS)}"
+                f"it has {', '.join(LIFECYCLE_KEYS)}",
             )
         elif key != "await" and value is not None and not _positive_seconds(value):
             r.add((*path, key), f"`{key}` is a number of seconds (above 0), found {describe(value)}")
@@ -147,7 +181,11 @@ def check_lifecycle(lc: Any, path: Path, r: Report) -> None:
         return
     for key in wait:
         if key not in AWAIT_KEYS:
-            r.add((*wpath, key), f"unknown key {describe(key)} in `await`: it has {', '.join(AWAIT_KEYS)}")
+            r.add(
+                (*wpath, key),
+                f"unknown key {describe(key)} in `await`: {_meant(key, AWAIT_KEYS)}"
+                f"it has {', '.join(AWAIT_KEYS)}",
+            )
     if "signal" not in wait:
         r.add(wpath, "`await` needs `signal: NAME`, the signal the step waits for (`noetl signal ID NAME`)")
     elif problem := signal_name_problem(wait["signal"]):
@@ -165,7 +203,11 @@ def _check_admit(admit: Any, path: Path, r: Report) -> None:
         return
     for key in admit:
         if key not in ADMIT_KEYS:
-            r.add((*path, key), f"unknown key {describe(key)} in `admit`: it has {', '.join(ADMIT_KEYS)}")
+            r.add(
+                (*path, key),
+                f"unknown key {describe(key)} in `admit`: {_meant(key, ADMIT_KEYS)}"
+                f"it has {', '.join(ADMIT_KEYS)}",
+            )
     if admit.get("mode", "exclusive") not in NEXT_MODES:
         r.add((*path, "mode"), f"admission `mode` is exclusive or inclusive, found {describe(admit['mode'])}")
     if "rules" not in admit:
@@ -243,6 +285,12 @@ def _check_loop(loop: Any, path: Path, r: Report) -> bool:
         r.add((*path, "iterator"), f"`iterator` is a plain name such as `item`, found {describe(iterator)}")
     elif iterator == "index":
         r.add((*path, "iterator"), "`iterator` cannot be `index`: `iter.index` is the iteration number")
+    elif iterator == "parent":
+        r.add(
+            (*path, "iterator"),
+            "`iterator` cannot be `parent`: `iter.parent` is the calling loop iteration of a child playbook "
+            "(SEMANTICS §19), which this name would hide: choose another name",
+        )
     spec = loop.get("spec")
     if spec is None:
         return False
@@ -256,7 +304,12 @@ def _check_loop(loop: Any, path: Path, r: Report) -> bool:
     check_loop_spec(spec, (*path, "spec"), r)
     mode, cap = _mode_knobs(spec, (*path, "spec"), r)
     policy = spec.get("policy")
+    if (keys := spec_keys(*LOOP_SPEC_KEYS)) is not None:
+        check_closed(spec, (*path, "spec"), keys, "`loop.spec`", r)
     if isinstance(policy, dict):
+        ppath = (*path, "spec", "policy")
+        check_limits(policy.get("limits"), (*ppath, "limits"), False, r)
+        check_closed(policy, ppath, LOOP_POLICY_KEYS, "`loop.spec.policy`", r, scope="loop.spec.policy")
         pmode, pcap = _mode_knobs(policy, (*path, "spec", "policy"), r)
         for key, outer, inner in (("mode", mode, pmode), ("max_in_flight", cap, pcap)):
             if outer is not None and inner is not None and outer != inner:
@@ -293,6 +346,7 @@ def _check_next(nxt: Any, path: Path, r: Report) -> list[tuple[Path, str]]:
                     (*path, "spec", "mode"),
                     f"`next.spec.mode` is exclusive or inclusive, found {describe(spec['mode'])}",
                 )
+            check_closed(spec, (*path, "spec"), NEXT_SPEC_KEYS, "`next.spec`", r, scope="next.spec")
     arcs = nxt.get("arcs")
     if "arcs" not in nxt:
         r.add(path, "`next` needs `arcs`: `next: {arcs: [{step: <name>}]}`")
@@ -331,6 +385,14 @@ def _check_arc(arc: Any, path: Path, r: Report) -> str | None:
     if arc.get("spec") is not None:
         if isinstance(arc["spec"], dict):
             check_no_control(arc["spec"], (*path, "spec"), "next policy", r)
+            for key in arc["spec"]:  # spec 003 §2: `arc.spec (future)`
+                if not r.has((*path, "spec", key)):
+                    r.add(
+                        (*path, "spec", key),
+                        f"an arc's `spec` is reserved by the specification (spec 003 §2, future) and "
+                        f"nothing reads it: remove {describe(key)} (an arc has `when` and `args`; the "
+                        "router's mode is `next.spec.mode`)",
+                    )
         else:
             r.add((*path, "spec"), f"arc `spec` is a mapping, found {type_name(arc['spec'])}")
     target = arc.get("step")

@@ -35,6 +35,7 @@ class PipelineContext:
     workbook: dict[str, Any] = field(default_factory=dict)  # workbook.tasks, when well-formed
     parallel: bool = False  # the step's loop runs iterations at once
     reducers: frozenset[str] = frozenset()  # ctx keys with a reducer (loop.spec.policy.reducers)
+    in_loop: bool | None = None  # the step has a loop; None where unknown (a workbook template)
 
 
 def check_pipeline(entries: list[TaskEntry], ctx: PipelineContext, r: Report) -> None:
@@ -152,6 +153,13 @@ def _check_workbook_ref(
                 "which is not allowed in a step whose loop is `parallel` (iterations would race): declare "
                 "them in `loop.spec.policy.reducers`, use `set_iter`, or make the loop sequential",
             )
+        if ctx.in_loop is False and any("set_iter" in then for then in thens):
+            r.add(
+                path,
+                f"workbook task {name!r} writes `set_iter` (workbook.tasks.{name}.spec.policy), and this "
+                "step has no `loop`: `iter` exists only inside a loop iteration; give this task a "
+                "`spec.policy` of its own, or call the template from a loop step",
+            )
         for then in thens:
             to = then.get("to")
             if then.get("do") == "jump" and isinstance(to, str) and labels is not None and to not in labels:
@@ -253,6 +261,13 @@ def check_then(then: Any, path: Path, labels: frozenset[str] | None, ctx: Pipeli
         if key in then and not isinstance(then[key], dict):
             r.add((*path, key), f"`{key}` is a mapping of names to values, found {type_name(then[key])}")
     own = then.get("set_iter")
+    if ctx.in_loop is False and "set_iter" in then:
+        r.add(
+            (*path, "set_iter"),
+            "`set_iter` in a step without `loop`: `iter` exists only inside a loop iteration, so the write "
+            "would go nowhere; keep a value for the later tasks of this run with `set_ctx`, or read an "
+            "earlier task's result by its label (`{{ <label> }}`)",
+        )
     for key in own if isinstance(own, dict) else ():
         if str(key).split(".", 1)[0] == "parent":
             r.add(

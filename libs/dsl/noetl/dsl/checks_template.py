@@ -60,7 +60,7 @@ def check_templates(doc: dict[str, Any], r: Report) -> None:
             for entry in task_entries(step.get("step"), step.get("tool"), ("workflow", i)):
                 if entry.body is not None:  # a malformed entry is reported by the pipeline check
                     r.lines.alias(entry.path, entry.raw)
-                    # `code` is Python the worker runs as written, never a template
-                    body = {k: v for k, v in entry.body.items() if k != "code"} \
+                    # `code` (python) and `script` are run as written, never templates
+                    body = {k: v for k, v in entry.body.items() if k not in ("code", "script")} \
                         if isinstance(entry.body, dict) else entry.body
                     check_strings(body, entry.path, r)

@@ -35,23 +35,25 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
-class Metadata(_Open):
+class Metadata(_Closed):
     """Identity of the playbook; `path` is how other playbooks and the catalog refer to it."""
 
     name: str = Field(min_length=1, description="Required name of the playbook.")
     path: str | None = Field(None, description="Catalog path, e.g. examples/demo.")
     version: str | int | float | None = Field(None, description="Version, kept as a string.")
     description: str | None = None
+    tags: Any = Field(None, description="The author's own, kept as written.")
+    labels: Any = Field(None, description="The author's own, kept as written.")
 
 
-class KeychainEntry(_Open):
+class KeychainEntry(_Closed):
     """A credential the playbook needs, resolved before the workflow starts; read as keychain.<name>."""
 
     name: str = Field(min_length=1)
     kind: str = Field(min_length=1, description="Credential kind, e.g. postgres_credential, secret.")
 
 
-class Executor(_Open):
+class Executor(_Closed):
     """Runtime defaults; `spec` is the outermost layer of every task's effective spec."""
 
     spec: dict[str, Any] | None = None
@@ -316,7 +318,7 @@ class AdmitPolicy(_Closed):
     rules: list[AdmitRule]
 
 
-class FailurePolicy(_Open):
+class FailurePolicy(_Closed):
     mode: Literal["fail_fast", "best_effort"] = "fail_fast"
 
 
@@ -343,12 +345,20 @@ class Lifecycle(_Closed):
     await_: Await | None = Field(None, alias="await")
 
 
-class StepPolicy(_Open):
+class RunLimits(_Closed):
+    """Limits of one step run, layered executor → step → loop; the execution-wide ones are set in
+    `executor.spec.policy.limits` only."""
+
+    max_payload_bytes: int | None = Field(None, ge=1, description="Results larger go by reference.")
+
+
+class StepPolicy(_Closed):
     """Step-scope policy: admission and lifecycle hints, never control actions."""
 
     admit: AdmitPolicy | None = None
     failure: FailurePolicy | None = None
     lifecycle: Lifecycle | None = None
+    limits: RunLimits | None = None
 
 
 class StepSpec(_Open):
@@ -358,7 +368,7 @@ class StepSpec(_Open):
 Reducer = Literal["sum", "min", "max", "count", "append", "extend", "merge"]
 
 
-class LoopPolicy(_Open):
+class LoopPolicy(_Closed):
     mode: Literal["sequential", "parallel"] | None = None
     max_in_flight: int | None = Field(None, ge=1)
     exec: Literal["distributed", "local"] | None = Field(
@@ -371,6 +381,7 @@ class LoopPolicy(_Open):
         description="ctx key -> how iterations' `set_ctx` writes to it are combined (sum, min, max, count, "
         "append, extend, merge); a parallel loop may set_ctx only these keys.",
     )
+    limits: RunLimits | None = None
 
 
 class LoopSpec(_Open):
@@ -396,11 +407,10 @@ class Arc(_Closed):
     spec: dict[str, Any] | None = None
 
 
-class NextSpec(_Open):
+class NextSpec(_Closed):
     mode: Literal["exclusive", "inclusive"] | None = Field(
         None, description="exclusive (default): first matching arc; inclusive: all."
     )
-    policy: dict[str, Any] | None = None
 
 
 class Next(_Closed):

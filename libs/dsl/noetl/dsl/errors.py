@@ -12,16 +12,20 @@ The same ``kind`` appears in task outcomes (``outcome.error.kind``), in events
     ├── TaskRunLimitError           task_run_limit
     ├── LoopInNotListError          loop_in_not_list
     ├── KeychainUnresolvedError     keychain_unresolved
+    ├── KeychainKindMismatchError   keychain_kind_mismatch (a declared kind that is not the stored one)
     ├── ToolError                   tool_error            (generic failure of a tool kind)
     │   ├── HttpError               http_error
     │   ├── TimeoutError_           timeout
     │   ├── PostgresError           postgres_error
     │   ├── DuckdbError             duckdb_error
     │   ├── PythonError             python_error
+    │   ├── ScriptError             script_error          (a `kind: script` process exited non-zero)
+    │   ├── ScriptNotAllowedError   script_not_allowed    (NOETL_ALLOW_SCRIPT=false on the worker)
     │   └── ChildExecutionError     child_failed
     ├── PayloadTooLargeError        payload_too_large     (a command or event over JetStream's limit)
     ├── ResultStoreError            result_store_error
     ├── WorkerLostError             worker_lost
+    ├── UnavailableError            unavailable           (API: NATS unreachable, try again)
     ├── RequestInvalidError         request_invalid
     ├── ExecutionCancelledError     cancelled             (the execution was cancelled by request)
     ├── StepTimeoutError            step_timeout          (a step run past lifecycle.timeout_s/deadline_s)
@@ -128,6 +132,13 @@ class KeychainUnresolvedError(NoetlError):
     kind = "keychain_unresolved"
 
 
+class KeychainKindMismatchError(NoetlError):
+    """A keychain entry is declared with one kind and stored with another: the declared kind says
+    what of it is secret and how it is read, so the execution refuses to start on a guess."""
+
+    kind = "keychain_kind_mismatch"
+
+
 class CredentialScopeError(NoetlError):
     """A playbook declares a keychain entry whose scope does not include it."""
 
@@ -159,6 +170,18 @@ class PythonError(ToolError):
     kind = "python_error"
 
 
+class ScriptError(ToolError):
+    """A ``kind: script`` process exited with a non-zero code (SEMANTICS §22)."""
+
+    kind = "script_error"
+
+
+class ScriptNotAllowedError(ToolError):
+    """The worker's pool does not run scripts (``NOETL_ALLOW_SCRIPT=false``)."""
+
+    kind = "script_not_allowed"
+
+
 class ChildExecutionError(ToolError):
     kind = "child_failed"
 
@@ -187,6 +210,13 @@ class DeploymentError(NoetlError):
     never inside an execution."""
 
     kind = "deployment_invalid"
+
+
+class UnavailableError(NoetlError):
+    """The service cannot work right now (NATS unreachable): try again when ``/ready`` says 200."""
+
+    kind = "unavailable"
+    retryable = True
 
 
 class RequestInvalidError(NoetlError):

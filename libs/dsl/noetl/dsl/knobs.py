@@ -12,6 +12,15 @@ import difflib
 from typing import Any
 
 from noetl.dsl import legacy
+from noetl.dsl.closed import (
+    DEFAULTS_KEYS,
+    EXECUTOR_POLICY_KEYS,
+    check_closed,
+    check_limits,
+    check_results,
+    did_you_mean,
+    spec_keys,
+)
 from noetl.dsl.report import Report, describe
 from noetl.dsl.yamlload import Path
 
@@ -144,14 +153,24 @@ def check_executor_spec(spec: dict[str, Any], path: Path, r: Report) -> None:
         message = loop_knob(knob)
         if message is not None:
             r.add((*path, knob), f"{message}; `executor.spec` does not set it for every loop")
+    if (keys := spec_keys()) is not None:
+        check_closed(spec, path, keys, "`executor.spec`", r)
     policy = spec.get("policy")
     if isinstance(policy, dict):
+        ppath = (*path, "policy")
         for key in policy:
             message = loop_knob(key) or task_policy_key(key) or step_policy_key(key)
             if message is not None:
-                r.add((*path, "policy", key), f"{message}, not in `executor.spec.policy`")
+                r.add((*ppath, key), f"{message}, not in `executor.spec.policy`")
         if policy.get("defaults") is not None:
-            _check_defaults(policy["defaults"], (*path, "policy", "defaults"), r)
+            _check_defaults(policy["defaults"], (*ppath, "defaults"), r)
+        check_limits(policy.get("limits"), (*ppath, "limits"), True, r)
+        check_results(policy.get("results"), (*ppath, "results"), r)
+        check_closed(
+            policy, ppath, EXECUTOR_POLICY_KEYS, "`executor.spec.policy`", r, scope="executor.spec.policy"
+        )
+    elif policy is not None:
+        r.add((*path, "policy"), f"`executor.spec.policy` is a mapping, found {describe(policy)}")
 
 
 DEFAULT_TIMEOUT_KEYS = ("step_s", "execution_s")
@@ -165,6 +184,10 @@ def _check_defaults(defaults: Any, path: Path, r: Report) -> None:
             f"`defaults` is a mapping (`{{timeouts: {{step_s, execution_s}}}}`), found {describe(defaults)}",
         )
         return
+    check_closed(
+        defaults, path, DEFAULTS_KEYS, "`executor.spec.policy.defaults`", r,
+        scope="executor.spec.policy.defaults", elsewhere=False,
+    )
     timeouts = defaults.get("timeouts")
     if timeouts is None:
         return
@@ -175,9 +198,11 @@ def _check_defaults(defaults: Any, path: Path, r: Report) -> None:
         return
     for key, value in timeouts.items():
         if key not in DEFAULT_TIMEOUT_KEYS:
+            meant = did_you_mean(key, DEFAULT_TIMEOUT_KEYS)
+            hint = f"did you mean `{meant}`? " if meant else ""
             r.add(
                 (*path, "timeouts", key),
-                f"unknown key {describe(key)} in `timeouts`: it has step_s and execution_s",
+                f"unknown key {describe(key)} in `timeouts`: {hint}it has step_s and execution_s",
             )
         elif value is not None and not _seconds(value):
             r.add(

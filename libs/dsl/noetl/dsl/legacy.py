@@ -80,7 +80,8 @@ TASK_KEYS: dict[str, str] = {
 # keys of the old ``eval`` directives that v10 `then` does not have
 THEN_KEYS: dict[str, str] = {
     "set_vars": "`set_vars` is not part of the v10 DSL: use `set_ctx` (execution) or `set_iter` (iteration)",
-    "set_shared": "`set_shared` is not supported until reducers exist: use `set_ctx` (not in parallel loops)",
+    "set_shared": "`set_shared` is not part of the v10 DSL: use `set_ctx`; in a parallel loop, declare how "
+    "the iterations' writes combine in `loop.spec.policy.reducers` (`reducers: {total: sum}`)",
     "set_prev": "`set_prev` is not supported: `_prev` is the result of the last continued task",
     "max_attempts": "`max_attempts` is spelled `attempts` (the maximum number of runs, the first included)",
     "next": "a task policy never starts steps: route between steps with the step's `next.arcs`",

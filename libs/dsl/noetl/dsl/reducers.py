@@ -9,7 +9,7 @@ is pure so the fold, replay and the checks share one definition.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from noetl.dsl.errors import ReducerTypeError
@@ -86,7 +86,7 @@ def _get(ctx: Mapping[str, Any], key: str) -> Any:
 
 
 def apply_reduced(
-    ctx: dict[str, Any], patches: list[Mapping[str, Any]], reducers: Mapping[str, str], where: str
+    ctx: dict[str, Any], patches: Sequence[Mapping[str, Any]], reducers: Mapping[str, str], where: str
 ) -> dict[str, Any]:
     """``ctx`` after an iteration's ``patches``: declared keys combined, others set.
 

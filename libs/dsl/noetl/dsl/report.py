@@ -18,13 +18,20 @@ class Report:
         self.lines = lines
         self._problems: list[Problem] = []
         self._seen: set[tuple[str, str]] = set()
+        self._paths: set[str] = set()
 
     def add(self, path: Path, message: str) -> None:
         shown = fmt_path(path)
         if (shown, message) in self._seen:
             return
         self._seen.add((shown, message))
+        self._paths.add(shown)
         self._problems.append(Problem(self.file, self.lines.line(path), shown, message))
+
+    def has(self, path: Path) -> bool:
+        """Whether a problem was reported at ``path``: a later, more general check (an unknown
+        key) stays quiet where a specific one (a misplaced knob) already spoke."""
+        return fmt_path(path) in self._paths
 
     def __bool__(self) -> bool:
         return bool(self._problems)

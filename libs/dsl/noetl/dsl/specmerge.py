@@ -30,6 +30,7 @@ _KIND_SPECIFIC: dict[str, dict[str, Any]] = {
     "workbook": {},
     "noop": {},
     "secrets": {},
+    "script": {"timeout": None},
 }
 
 

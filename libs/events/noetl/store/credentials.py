@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +147,12 @@ class CredentialStore:
             return None
         return record.get("scope") or dict(DEFAULT_SCOPE)
 
+    async def kind(self, name: str) -> str | None:
+        """The kind the entry is stored with, None when it does not exist; needs no key. The
+        server compares it with the playbook's declaration before an execution starts."""
+        record = await self._record(name)
+        return None if record is None else record.get("kind")
+
     async def _record(self, name: str) -> dict[str, Any] | None:
         entry = await self.kv.get(check_name(name))
         if entry is None or not entry.value:
@@ -206,11 +212,15 @@ class CredentialStore:
         return out
 
 
-def load_credentials_file(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+def load_credentials_file(
+    path: str | os.PathLike[str], declared: Mapping[str, str] | None = None
+) -> dict[str, dict[str, Any]]:
     """Read ``name: {kind, data}`` YAML (the ``noetl run --credentials`` format).
 
-    ``kind`` defaults to ``secret``; ``data`` must be a mapping. Errors name the file and the
-    entry, never a value.
+    ``kind`` defaults to the kind the playbook declares for the entry (``declared``: name → kind),
+    else ``secret``: an entry written without a kind is the one the playbook asks for, and the
+    server refuses a declared kind that differs from the stored one (``keychain_kind_mismatch``).
+    ``data`` must be a mapping. Errors name the file and the entry, never a value.
     """
     where = str(path)
     try:
@@ -231,7 +241,7 @@ def load_credentials_file(path: str | os.PathLike[str]) -> dict[str, dict[str, A
         check_name(name)
         if not isinstance(entry, dict) or not isinstance(entry.get("data", None), dict):
             raise ValueError(f"{where}: credential '{name}' needs `data`: a mapping of its fields")
-        kind = entry.get("kind", "secret")
+        kind = entry.get("kind", (declared or {}).get(name, "secret"))
         if not isinstance(kind, str) or not kind:
             raise ValueError(f"{where}: credential '{name}': `kind` must be a string")
         unknown = set(entry) - {"kind", "data"}

@@ -22,7 +22,9 @@ import webbrowser
 from pathlib import Path
 from typing import Any
 
+from noetl.cli.pools import PoolWatch, playbook_pools
 from noetl.events.bus import connect
+from noetl.events.connection import check_server
 from noetl.events.streams import ensure_all
 from noetl.host.natsserver import NatsServer
 from noetl.store.catalog import Catalog
@@ -124,6 +126,27 @@ async def start_console(nc: Any, server: Any, worker: Any, credentials: Any) -> 
     return parts, api.url, token
 
 
+def _pools(text: str, file: str, catalog_dir: str | None) -> dict[str, list[str]]:
+    """The pools the playbook and the child playbooks it can see name (``noetl.cli.pools``)."""
+    from noetl.dsl.cache import parse_playbook
+
+    try:
+        return playbook_pools(parse_playbook(text, file), catalog_dir)
+    except Exception:  # an invalid playbook is reported by the request, with its lines
+        return {}
+
+
+def _declared_kinds(text: str, file: str) -> dict[str, str]:
+    """The playbook's keychain kinds by name: an entry of the credentials file written without a
+    kind takes the one the playbook declares for it."""
+    from noetl.dsl.cache import parse_playbook
+
+    try:
+        return {e.name: e.kind for e in parse_playbook(text, file).keychain}
+    except Exception:  # an invalid playbook is reported by the request, with its lines
+        return {}
+
+
 async def run_embedded(
     text: str,
     file: str,
@@ -146,13 +169,17 @@ async def run_embedded(
     nc = None
     server = worker = None
     console: list[Any] = []
+    pool_workers: list[Any] = []  # the workers of the other pools, and the watch that starts them
+    watch: Any = None
     try:
         nc = await connect(ns.url, name="noetl-run")
+        # a nats-server found on PATH (Debian's is 2.9) would run playbooks whose timers never fire
+        await check_server(nc, "run")
         js = nc.jetstream()
         await ensure_all(js)
         creds = await CredentialStore.open(js, generate_key())
         if credentials_file:
-            for name, entry in load_credentials_file(credentials_file).items():
+            for name, entry in load_credentials_file(credentials_file, _declared_kinds(text, file)).items():
                 # a private run of the user's own file: its playbook is inline, and may use them
                 scope = {"paths": ["*"], "inline": True}
                 await creds.put(name, entry.get("kind", "secret"), entry.get("data") or {}, scope)
@@ -163,6 +190,27 @@ async def run_embedded(
         worker = Worker(nc, credentials=creds, concurrency=32)
         await server.start()
         await worker.start()
+        # a worker for every other pool the playbook and its visible children name, and one for a
+        # pool only a command reveals (a child it could not see): a command never waits unserved
+        pools = _pools(text, file, catalog_dir)
+
+        async def start_pool(pool: str) -> None:
+            named = pools.get(pool)
+            print(
+                f"noetl: starting a worker for pool {pool!r}"
+                + (f" ({', '.join(named[:3])})" if named else " (a command was sent to it)"),
+                file=sys.stderr,
+            )
+            extra = Worker(nc, credentials=creds, pool=pool, concurrency=8)
+            await extra.start()
+            pool_workers.append(extra)
+
+        for pool in sorted(pools):
+            if pool != worker.pool:
+                await start_pool(pool)
+        watch = PoolWatch(nc, {worker.pool, *pools}, start_pool)
+        await watch.start()
+        pool_workers.append(watch)
         request = await _request(catalog, text, file, payload)
         if not ui:
             return await run_with_progress(nc, request, timeout, progress)
@@ -184,6 +232,9 @@ async def run_embedded(
         for part in reversed(console):
             with contextlib.suppress(Exception):
                 await part.stop()
+        for extra in reversed(pool_workers):  # the watch first: it starts no worker after this
+            with contextlib.suppress(Exception):
+                await extra.stop(drain=False) if extra is not watch else await extra.stop()
         if worker is not None:
             with contextlib.suppress(Exception):
                 await worker.stop(drain=False)

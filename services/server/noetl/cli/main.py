@@ -64,7 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from noetl.cli.embedded import run_embedded
     from noetl.cli.output import summary
     from noetl.dsl import validate_text
-    from noetl.dsl.errors import PlaybookInvalidError, TimeoutError_
+    from noetl.dsl.errors import DeploymentError, PlaybookInvalidError, TimeoutError_
 
     path = Path(args.file)
     try:
@@ -85,6 +85,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                     }
                 )
             )
+        return 2
+    from noetl.host.natsserver import SYNC_INTERVAL_ENV, sync_interval_setting
+
+    try:  # the embedded nats-server's fsync interval (docs/guarantees.md)
+        sync_interval_setting(os.environ.get(SYNC_INTERVAL_ENV))
+    except ValueError as e:
+        print(f"noetl run: {e}", file=sys.stderr)
         return 2
     print(f"noetl: running {path} on an embedded NATS server", file=sys.stderr)
     from noetl.cli.progress import Progress, wanted
@@ -109,6 +116,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
         print(f"noetl: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
         return 128 + signum
+    except DeploymentError as e:  # the nats-server found cannot run NoETL (too old)
+        print(f"noetl run: {e.message}", file=sys.stderr)
+        return 2
     except TimeoutError:
         print(f"noetl: the execution did not finish within --timeout {args.timeout} s", file=sys.stderr)
         if args.json:
@@ -134,22 +144,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return run(args.out, kinds=args.kinds)
 
 
-async def _connect_service(url: str, name: str) -> Any:
-    """A service waits for NATS instead of exiting: in a cluster it starts before its nodes do."""
-    import logging
-
-    from nats.errors import NoServersError
-
-    from noetl.events.bus import connect
-
-    while True:
-        try:
-            return await connect(url, name=name)
-        except (NoServersError, OSError, TimeoutError) as e:
-            logging.getLogger("noetl").warning("NATS at %s not reachable (%s); trying again", url, e)
-            await asyncio.sleep(1.0)
-
-
 async def _serve(args: argparse.Namespace, role: str) -> None:
     """Run until SIGTERM or SIGINT. The handlers go in first: a process stopped while it still
     starts (waiting for NATS, a cluster electing) stops cleanly with exit code 0 too."""
@@ -160,10 +154,36 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
     nc: Any = None
     svc: Any = None
     ops: Any = None
+    listener: Any = None
 
     async def start() -> None:
-        nonlocal nc, svc, ops
-        nc = await _connect_service(args.nats_url, f"noetl-{role}")
+        """The HTTP port first (the server's probes say what is wrong while NATS is not
+        reached), then NATS, waited for as long as it takes and logged while it fails, then the
+        check that this nats-server can run NoETL, then the service."""
+        nonlocal nc, svc, ops, listener
+        from noetl.events.bus import connect
+        from noetl.events.connection import ConnectionState, check_server, redact_urls
+
+        where = redact_urls(args.nats_url)
+        state = ConnectionState(where)
+        http_port = getattr(args, "http_port", -1)
+        if role == "server" and http_port >= 0:
+            from noetl.server.api.listener import HttpListener
+            from noetl.server.api.server import INSECURE_ENV, TOKEN_ENV, check_exposure
+
+            host = getattr(args, "http_host", "127.0.0.1")
+            insecure = bool(getattr(args, "insecure", False)) or os.environ.get(
+                INSECURE_ENV, ""
+            ).strip().lower() in ("1", "true", "yes")
+            check_exposure(host, os.environ.get(TOKEN_ENV) or None, insecure)
+            listener = HttpListener(host, http_port, state)
+            await listener.start()
+            print(
+                f"noetl {role}: /health and /ready on {listener.url} (the API follows once NATS is reached)",
+                file=sys.stderr,
+            )
+        nc = await connect(args.nats_url, name=f"noetl-{role}", state=state)
+        await check_server(nc, role)
         if role == "server":
             from noetl.server.service import Server
 
@@ -180,10 +200,11 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
             role,
             svc,
             http_host=getattr(args, "http_host", "127.0.0.1"),
-            http_port=getattr(args, "http_port", -1),
+            http_port=http_port,
             insecure=True if getattr(args, "insecure", False) else None,
+            listener=listener,
         )
-        print(f"noetl {role} running against {args.nats_url}", file=sys.stderr)
+        print(f"noetl {role} running against {where}", file=sys.stderr)
         if ops.api is not None:
             print(f"noetl {role}: HTTP API on {ops.api.url}", file=sys.stderr)
 
@@ -202,6 +223,8 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
         stopping.cancel()
         if ops is not None:
             await ops.stop()
+        if listener is not None:
+            await listener.stop()
         if svc is not None:
             with contextlib.suppress(Exception):
                 await svc.stop()
@@ -261,12 +284,27 @@ async def _exec(args: argparse.Namespace) -> dict[str, Any]:
             req["version"] = args.version
     nc = await cli_connect(args.nats_url, "noetl-exec")
     try:
+        if args.file:  # a pool nobody serves would hold the execution without a word: say it now
+            await _warn_unserved_pools(nc, req["playbook"], args.file)
         if args.wait:  # live progress on a terminal; task output stays in `noetl logs` otherwise
             live = Progress(sys.stderr, live=True) if wanted(args.json) else None
             return await run_with_progress(nc, req, args.timeout, live)
         return {"execution_id": await submit(nc.jetstream(), req)}
     finally:
         await nc.close()
+
+
+async def _warn_unserved_pools(nc: Any, text: str, file: str) -> None:
+    from noetl.cli.pools import playbook_pools, unserved_message, unserved_pools
+    from noetl.dsl.cache import parse_playbook
+
+    try:
+        pools = playbook_pools(parse_playbook(text, file))
+        missing = await unserved_pools(nc, pools)
+    except Exception:  # an invalid playbook is refused by the server, with its lines
+        return
+    for pool in missing:
+        print(unserved_message(pool, pools[pool]), file=sys.stderr)
 
 
 def cmd_exec(args: argparse.Namespace) -> int:

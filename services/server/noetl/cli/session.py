@@ -15,27 +15,47 @@ from typing import Any, TypeVar
 
 import nats.errors
 
+from noetl.dsl.errors import DeploymentError
+
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 30.0
 
 
 async def cli_connect(url: str, name: str, timeout: float = 5.0) -> Any:
+    """A connection for one command, or ``Unreachable`` with the cause (the URL without its
+    credentials); a nats-server without JetStream is ``Unsuitable``, one line too."""
     from noetl.events.bus import connect
+    from noetl.events.connection import ConnectionState, check_jetstream, redact_urls
 
+    state = ConnectionState(redact_urls(url))
     try:
-        return await asyncio.wait_for(
-            connect(url, name=name, max_reconnect_attempts=2, connect_timeout=min(timeout, 5.0)), timeout
+        nc = await asyncio.wait_for(
+            connect(url, name=name, state=state, max_reconnect_attempts=2, connect_timeout=min(timeout, 5.0)),
+            timeout,
         )
-    except (TimeoutError, OSError, nats.errors.NoServersError) as e:
-        raise Unreachable(url, e) from e
+    except (TimeoutError, OSError, nats.errors.Error) as e:
+        raise Unreachable(state, e) from e
+    try:
+        await check_jetstream(nc, name.removeprefix("noetl-"), timeout=min(timeout, 5.0))
+    except DeploymentError as e:
+        await nc.close()
+        raise Unsuitable(e.message) from None
+    return nc
 
 
 class Unreachable(Exception):
-    def __init__(self, url: str, cause: BaseException) -> None:
+    def __init__(self, state: Any, cause: BaseException) -> None:
+        from noetl.events.connection import describe
+
+        why = state.last_error or state.scrub(describe(cause))
         super().__init__(
-            f"cannot reach NATS at {url} ({type(cause).__name__}{': ' + str(cause) if str(cause) else ''}); "
-            "is nats-server running there? Set --nats-url or NOETL_NATS_URL"
+            f"cannot reach NATS at {state.url} ({why}); is nats-server running there, and are the "
+            "credentials right? Set --nats-url or NOETL_NATS_URL (NOETL_NATS_TOKEN, _USER/_PASSWORD, _CREDS)"
         )
+
+
+class Unsuitable(Exception):
+    """NATS answers but cannot serve NoETL (JetStream off)."""
 
 
 def run_bounded(main: Callable[[], Awaitable[T]], what: str, timeout: float | None) -> T | int:
@@ -47,7 +67,7 @@ def run_bounded(main: Callable[[], Awaitable[T]], what: str, timeout: float | No
 
     try:
         return asyncio.run(bounded())
-    except Unreachable as e:
+    except (Unreachable, Unsuitable) as e:
         print(f"noetl {what}: {e}", file=sys.stderr)
     except TimeoutError:
         print(f"noetl {what}: no answer within --timeout {timeout:g} s", file=sys.stderr)

@@ -13,7 +13,12 @@ itself, plus ``playbook.execution.requested``; the engine's own outputs are neve
 from __future__ import annotations
 
 from noetl.dsl.cache import parse_playbook, template_engine
-from noetl.dsl.errors import EventBytesLimitError, ExecutionCancelledError, KeychainUnresolvedError
+from noetl.dsl.errors import (
+    EventBytesLimitError,
+    ExecutionCancelledError,
+    KeychainKindMismatchError,
+    KeychainUnresolvedError,
+)
 from noetl.dsl.specmerge import deep_merge
 from noetl.engine import loops, outside, routing
 from noetl.engine.emitter import Decision, Emitter
@@ -134,11 +139,27 @@ def _on_requested(state: ExecutionState, event: Event, em: Emitter) -> None:
     missing = list(p.get("keychain_missing") or [])
     meta = state.playbook.metadata
     evaluated = {"path": meta.path, "version": meta.version, "name": meta.name}
+    mismatched = [m for m in p.get("keychain_mismatch") or () if isinstance(m, dict)]
+    err: dict[str, object] | None = None
     if missing:
         err = KeychainUnresolvedError(
             f"keychain entries do not resolve: {', '.join(missing)}; add them with "
             "`noetl credentials set` or pass --credentials FILE"
         ).to_dict()
+    elif mismatched:
+        at = {e.name: i for i, e in enumerate(state.playbook.keychain)}
+        said = "; ".join(
+            f"{m.get('name')!r} is declared `kind: {m.get('declared')}` "
+            f"(keychain[{at.get(str(m.get('name')))}]) but stored as {m.get('stored')!r}"
+            for m in mismatched
+        )
+        err = KeychainKindMismatchError(
+            f"keychain kinds do not match the stored entries: {said}. The declared kind decides what of "
+            "an entry is masked and how it is read: declare the stored kind in the playbook's `keychain`, "
+            "or store the entry again with the declared kind (`noetl credentials set NAME --kind KIND`)",
+            entries=mismatched,
+        ).to_dict()
+    if err is not None:
         em.event(
             "playbook.request.evaluated", "playbook", state.execution_id, "error", {**evaluated, "error": err}
         )

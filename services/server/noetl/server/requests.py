@@ -102,12 +102,17 @@ class RequestHandler:
         digest = digest_of(text)
         missing, refused = [], []
         origin = None if req.get("playbook") else str(req["path"])  # what the request can prove
+        mismatched: list[dict[str, Any]] = []
         for entry in playbook.keychain:
             scope = await self.credentials.scope(entry.name) if self.credentials is not None else None
             if scope is None:
                 missing.append(entry.name)
             elif not scope_allows(scope, origin):
                 refused.append(entry.name)
+            elif self.credentials is not None:
+                stored = await self.credentials.kind(entry.name)
+                if stored != entry.kind:  # the declared kind decides masking: no start on a guess
+                    mismatched.append({"name": entry.name, "declared": entry.kind, "stored": stored})
         if refused:
             where = "an inline playbook" if origin is None else f"catalog path {origin!r}"
             names = ", ".join(refused)
@@ -138,6 +143,7 @@ class RequestHandler:
                 "version": playbook.metadata.version,
                 "payload": req.get("payload") or {},
                 "keychain_missing": missing,
+                **({"keychain_mismatch": mismatched} if mismatched else {}),
                 "partition": partition,
                 "request_id": request_id,
                 **({"schedule": req["schedule"]} if req.get("schedule") else {}),

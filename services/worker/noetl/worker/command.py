@@ -13,7 +13,10 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from noetl.dsl.cache import template_engine
+from noetl.dsl.errors import ReducerTypeError
 from noetl.dsl.model import Playbook, Step
+from noetl.dsl.policy import apply_patch
+from noetl.dsl.reducers import apply_reduced
 from noetl.dsl.specmerge import effective_step_spec
 from noetl.events import subjects as s
 from noetl.events.clock import utc_now
@@ -75,6 +78,9 @@ class CommandRun(_Command):
         # progress, `noetl events` and `noetl logs`; once per task run keeps the event bytes down
         self.at = {"index": self.index} if self.index is not None else {}
         self.ikey = s.iter_key(self.exec_id, self.run_id, self.index) if self.index is not None else None
+        # the ctx writes of the run, as the server will fold them (masked): a local loop applies
+        # them to the ctx its next iterations start with, as the server would before dispatching
+        self.ctx_patches: list[dict[str, Any]] = []
 
     async def event(
         self,
@@ -125,6 +131,11 @@ class CommandRun(_Command):
         if isinstance(ms, int | float):
             self.worker.task_durations.setdefault(status, Histogram()).observe(max(ms, 0) / 1000.0)
         outcome = dict(data)
+        meta = outcome.get("meta")
+        if isinstance(meta, dict) and meta.get("trace_id") == self.exec_id:
+            # as in the envelope: a trace that is the execution id is not written (trace_of(event)
+            # gives it back); the pipeline's rules saw it in outcome.meta all the same
+            outcome["meta"] = {k: v for k, v in meta.items() if k != "trace_id"}
         bus = self.worker.bus
         if "result" in outcome:
             outcome["result"] = await externalize(
@@ -171,6 +182,15 @@ class CommandRun(_Command):
                 {"args": self.cmd.get("args") or {}, "worker": self.worker.worker_id},
                 derive_id(self.cid, "step.started"),
             )
+        else:  # spec 003 §8: sent now, confirmed with the iteration's terminal event (no extra ack)
+            await self.event(
+                "loop.iteration.started",
+                "loop",
+                self.step.name,
+                "in_progress",
+                {"index": self.index},  # the worker is named by the iteration's terminal event
+                derive_id(self.cid, "loop.iteration.started"),
+            )
         pipe = Pipeline(
             self.playbook,
             self.step,
@@ -184,6 +204,7 @@ class CommandRun(_Command):
             emit=self.emit,
             checkpoint=self.checkpoint,
             command_id=self.cid,
+            trace_id=self.cmd.get("trace_id"),
         )
         res = await self.worker._run_pipeline(self.exec_id, pipe, snapshot, self.cmd.get("iter"), self.run_id)
         result = await externalize(
@@ -191,7 +212,7 @@ class CommandRun(_Command):
         )
         payload: dict[str, Any] = {"result": result}
         if res.ctx_patches:  # the fold reads a missing list as empty: no bytes for nothing
-            payload["ctx_patches"] = self.masker.mask(res.ctx_patches)
+            payload["ctx_patches"] = self.ctx_patches = self.masker.mask(res.ctx_patches)
         if not res.ok:
             payload["error"] = self.masker.mask(res.error)
         await self.worker._publish_terminal(self.cmd, res.ok, payload, self.outbox, confirm=not self.shared)
@@ -217,7 +238,25 @@ class SharedOutbox:
 
 class LocalLoop(_Command):
     """An ``exec: local`` loop (SEMANTICS §21): its iterations run here, in order or up to
-    ``max_in_flight`` at once, each as the command it would have been."""
+    ``max_in_flight`` at once, each as the command it would have been.
+
+    Placement never changes an outcome: the server dispatches a distributed iteration with the
+    ctx it holds then, which has folded the ``ctx_patches`` of every iteration that ended before
+    it. A local loop keeps the same running ctx here (patches applied in the order the terminal
+    events are sent, through the loop's reducers when it declares any), so a sequential loop's
+    iteration sees the ``set_ctx`` of the ones before it exactly as a distributed one does."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        cmd: Command,
+        playbook: Playbook,
+        step: Step,
+        keychain: dict[str, Any],
+        masker: Masker,
+    ) -> None:
+        super().__init__(worker, cmd, playbook, step, keychain, masker)
+        self.ctx: dict[str, Any] = dict(cmd.get("ctx") or {})
 
     @property
     def local(self) -> dict[str, Any]:
@@ -239,10 +278,30 @@ class LocalLoop(_Command):
         del cmd["local"]
         cmd["command_id"] = derive_id(self.cmd["command_id"], "iteration", i)
         cmd["index"], cmd["iter"] = i, iter_
+        cmd["ctx"] = self.ctx
         return cmd
 
+    def _fold(self, i: int, patches: list[dict[str, Any]]) -> bool:
+        """An iteration's ctx writes, applied as the server's fold applies them (engine
+        ``loops.on_iteration``): False when a reducer refuses a value, which fails the iteration
+        there (all of its writes or none)."""
+        if not patches:
+            return True
+        reducers = self.step.loop.reducers if self.step.loop is not None else None
+        if reducers:
+            try:
+                where = f"loop step {self.step.name!r}, iteration {i}"
+                self.ctx = apply_reduced(self.ctx, patches, reducers, where)
+            except ReducerTypeError:
+                return False
+            return True
+        for patch in patches:
+            self.ctx = apply_patch(self.ctx, patch)
+        return True
+
     async def _ended(self) -> set[int]:
-        """Iterations whose terminal event is stored: a redelivered loop does not run them again."""
+        """Iterations whose terminal event is stored: a redelivered loop does not run them again,
+        and starts the others with the ctx their writes left."""
         exec_id, run_id = self.cmd["execution_id"], self.cmd["step_run_id"]
         filters = [
             s.execution_event_filter(exec_id, n) for n in ("loop.iteration.done", "loop.iteration.failed")
@@ -254,8 +313,9 @@ class LocalLoop(_Command):
         for m in msgs:
             e = loads(m.data)
             index = (e.get("payload") or {}).get("index") if isinstance(e, dict) else None
-            if isinstance(index, int) and e.get("step_run_id") == run_id:
+            if isinstance(index, int) and e.get("step_run_id") == run_id and index not in ended:
                 ended.add(index)
+                self._fold(index, list((e.get("payload") or {}).get("ctx_patches") or []))
         return ended
 
     def _stop_starting(self, failed: bool) -> bool:
@@ -287,6 +347,7 @@ class LocalLoop(_Command):
                     self.keychain, self.masker, outbox,
                 )
                 ok = await run.run(redelivered)
+                ok = self._fold(i, run.ctx_patches) and ok
             except Exception as e:  # a fault, not an outcome: no new start, then redelivery
                 errors.append(e)
             finally:

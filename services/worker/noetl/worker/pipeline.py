@@ -39,7 +39,7 @@ SLOW_RENDER_S = 0.02
 _SLOW_EXECUTIONS: set[str] = set()  # of this worker process: their template work runs in a thread
 
 # fields a kind reads as code, not as a template
-_RAW_FIELDS = frozenset({"code"})
+_RAW_FIELDS = frozenset({"code", "script"})  # python's code, a script task's text
 
 
 @dataclass
@@ -115,8 +115,11 @@ class Pipeline:
         checkpoint: CheckpointFn | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         command_id: str = "",
+        trace_id: str | None = None,
     ) -> None:
+        """``trace_id``: the execution's trace, carried into every ``outcome.meta``."""
         self.playbook, self.step, self.engine = playbook, step, engine
+        self.trace_id = trace_id
         self.execution_id, self.workload, self.base_ctx, self.args = execution_id, workload, ctx, args
         self.keychain, self.services = keychain, services
         self.emit, self.checkpoint, self.sleep = emit, checkpoint, sleep
@@ -278,7 +281,7 @@ class Pipeline:
                 "status": "error",
                 "error": ToolError(f"{kind} task {task.name}: {type(e).__name__}: {e}").to_dict(),
             }
-        outcome.setdefault("meta", clock.meta(task.name, attempt))
+        outcome["meta"] = {**clock.meta(task.name, attempt, self.trace_id), **(outcome.get("meta") or {})}
         return outcome, output
 
 

@@ -380,7 +380,9 @@ class Worker:
                     "recording a credential use",
                 )
                 out[entry.name] = got.get("data", got)
-                kinds[entry.name] = got.get("kind")
+                # the declared kind, which the server checked against the stored one at the start
+                # (keychain_kind_mismatch), decides what of the entry is secret
+                kinds[entry.name] = entry.kind or got.get("kind")
         logs.register_keychain(out, kinds)
         return out, kinds
 

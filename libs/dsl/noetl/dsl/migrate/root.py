@@ -55,6 +55,14 @@ def _header(m: Migrator, doc: dict[str, Any]) -> None:
     if "name" not in meta:
         meta["name"] = PurePath(m.file).stem.replace(".", "_") or "migrated"
         m.did(("metadata",), f"added `metadata.name: {meta['name']}`")
+    executor = doc.get("executor")
+    if isinstance(executor, dict) and "kind" in executor:  # spec 002 §1.2: `executor.kind: distributed`
+        kind = executor.pop("kind")
+        m.did(
+            ("executor", "kind"),
+            f"`executor.kind: {kind}` dropped: v10's executor has only `spec`; placement is chosen per loop "
+            "(`loop.spec.policy.exec`) and per step (`spec.pool`)",
+        )
 
 
 def _root_vars(m: Migrator, doc: dict[str, Any], written: set[str]) -> None:

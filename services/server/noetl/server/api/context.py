@@ -34,6 +34,7 @@ class ApiContext:
     # without a live reader, restarts; None where no server runs beside the API
     liveness: Callable[[], dict[str, Any]] | None = None
     closing: asyncio.Event = field(default_factory=asyncio.Event)
+    nats_state: Any = None  # noetl.events.connection.ConnectionState, when the process made one
 
     @property
     def nc(self) -> Any:

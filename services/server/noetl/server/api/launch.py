@@ -62,9 +62,12 @@ async def start_operations(
     heartbeat: float = DEFAULT_INTERVAL,
     ttl: float = DEFAULT_TTL,
     insecure: bool | None = None,
+    listener: Any = None,
 ) -> Operations:
     """Start the parts for ``role`` around an already started ``svc``; ``http_port < 0`` turns HTTP off.
-    ``conn``: the bus port, or a nats-py connection or JetStream context (``as_bus``)."""
+    ``conn``: the bus port, or a nats-py connection or JetStream context (``as_bus``);
+    ``listener``: the ``HttpListener`` that has served the probes since start-up (the API takes
+    its port over)."""
     bus = as_bus(conn)
     nc = getattr(bus, "nc", None)  # the in-memory twin has none: no NATS service then
     ops = Operations()
@@ -79,6 +82,7 @@ async def start_operations(
                     host=http_host,
                     port=http_port,
                     insecure=insecure,
+                    listener=listener,
                 )
                 ops.api.ctx.liveness = svc.liveness
                 await ops.api.start()

@@ -1,9 +1,11 @@
 """Probes, metrics, the runtime registry and the OpenAPI document.
 
-``/health`` answers as long as the process serves HTTP (a liveness probe must not fail because
-NATS is away: restarting the server would not bring NATS back); ``/ready`` answers 200 only when
-NATS is connected, the streams exist and every partition this server holds has a live reader, so
-a load balancer sends no request that would fail and a replica that decides nothing says so.
+``/live`` answers 200 as long as the process serves HTTP (the liveness probe: it must not fail
+because NATS is away, restarting the server would not bring NATS back); ``/health`` says whether
+the process can work, 503 naming the NATS URL (no credentials) and the last connect error while
+NATS is unreachable; ``/ready`` answers 200 only when NATS is connected, the streams exist and
+every partition this server holds has a live reader, so a load balancer sends no request that
+would fail and a replica that decides nothing says so.
 
 On a bus with no NATS connection under it (the in-memory twin) the probes and metrics say what
 the port can answer: the streams (``Bus.count``) and the runtime bucket, not consumers' lag.
@@ -26,6 +28,7 @@ from noetl.events import supervise
 from noetl.events.histogram import Histogram
 from noetl.events.runtime import list_runtime
 from noetl.server.api.context import ctx_of
+from noetl.server.api.listener import nats_status
 from noetl.server.api.queries import stall_counts
 from noetl.store.audit import AUDIT_STREAM
 
@@ -42,15 +45,39 @@ schemas = SchemaGenerator(
 )
 
 
-async def health(request: Request) -> Response:
+async def live(request: Request) -> Response:
     """
     ---
-    summary: Liveness (the process is up)
+    summary: Liveness (the process is up and serves HTTP, whatever NATS does)
     security: []
     responses:
       200: {description: "{status: ok}"}
     """
     return JSONResponse({"status": "ok"})
+
+
+async def health(request: Request) -> Response:
+    """
+    ---
+    summary: Health (the process is up and NATS is connected)
+    security: []
+    responses:
+      200: {description: "{status: ok}"}
+      503: {description: "{status: nats_unreachable, message, nats: {url, connected, last_error, ...}}"}
+    """
+    ctx = ctx_of(request)
+    if _connected(ctx.nc):
+        return JSONResponse({"status": "ok"})
+    nats = nats_status(ctx.nats_state, ctx.nc) or {}
+    cause = f": {nats['last_error']}" if nats.get("last_error") else ""
+    return JSONResponse(
+        {
+            "status": "nats_unreachable",
+            "message": f"NATS at {nats.get('url', '?')} is not reachable{cause}",
+            "nats": nats,
+        },
+        status_code=503,
+    )
 
 
 async def ready(request: Request) -> Response:
@@ -74,6 +101,8 @@ async def ready(request: Request) -> Response:
                 checks[name] = False
     ok = all(checks.values()) and len(checks) == 1 + len(STREAMS)
     body: dict[str, Any] = {"status": "ready" if ok else "not_ready", "checks": checks}
+    if not connected:
+        body["nats"] = nats_status(ctx.nats_state, ctx.nc)
     if ctx.liveness is not None:
         # a server that holds a partition and reads nothing for it decides nothing: not ready
         live = ctx.liveness()
@@ -170,6 +199,7 @@ async def openapi(request: Request) -> Response:
 
 routes = [
     Route("/health", health, methods=["GET"]),
+    Route("/live", live, methods=["GET"]),
     Route("/ready", ready, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
     Route("/api/runtime", runtime, methods=["GET"]),

@@ -92,8 +92,13 @@ class ApiServer:
         token: str | None = None,
         admin_token: str | None = None,
         insecure: bool | None = None,
+        listener: Any = None,
+        nats_state: Any = None,
     ) -> None:
-        """``conn``: the bus port, or a nats-py connection or JetStream context (``as_bus``)."""
+        """``conn``: the bus port, or a nats-py connection or JetStream context (``as_bus``).
+        ``listener``: an ``HttpListener`` already serving the probes on the port since before
+        NATS was reached; the API takes its socket over instead of binding one. ``nats_state``:
+        the connection's ``ConnectionState``, which ``/health`` reports."""
         token = token if token is not None else os.environ.get(TOKEN_ENV) or None
         if insecure is None:
             insecure = os.environ.get(INSECURE_ENV, "").strip().lower() in ("1", "true", "yes")
@@ -105,8 +110,12 @@ class ApiServer:
             credentials=credentials,
             token=token,
             admin_token=admin_token if admin_token is not None else os.environ.get(ADMIN_TOKEN_ENV) or None,
+            nats_state=nats_state if nats_state is not None else getattr(listener, "state", None),
         )
-        self.host, self.port = host, port
+        self.listener = listener
+        self.host: str
+        self.port: int
+        self.host, self.port = (listener.host, listener.port) if listener is not None else (host, port)
         self.app = build_app(self.ctx)
         self.collector = MetricsCollector(self.ctx.bus, self.ctx.metrics)
         self._server: uvicorn.Server | None = None
@@ -120,6 +129,10 @@ class ApiServer:
     async def start(self) -> None:
         await retrying(lambda: ensure_audit_stream(self.ctx.bus), "audit stream")
         await retrying(self.collector.start, "execution collector")
+        if self.listener is not None:
+            self.listener.attach(self.app)
+            log.info("HTTP API listening on %s", self.url)
+            return
         config = uvicorn.Config(
             self.app,
             host=self.host,
@@ -143,6 +156,8 @@ class ApiServer:
 
     async def stop(self) -> None:
         self.ctx.closing.set()  # ends open event streams, so shutdown does not wait on them
+        if self.listener is not None:
+            self.listener.attach(None)  # the port stays open; its owner closes it
         if self._server is not None and self._task is not None:
             self._server.should_exit = True
             with contextlib.suppress(asyncio.CancelledError, Exception):

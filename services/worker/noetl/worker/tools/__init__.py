@@ -13,7 +13,7 @@ from noetl.worker.tools.base import ToolContext, get_tool, register, register_la
 
 __all__ = ["ToolContext", "close_all", "get_tool", "register", "register_lazy", "registered_kinds"]
 
-for _kind in ("noop", "python", "http", "postgres", "duckdb", "secrets", "playbook"):
+for _kind in ("noop", "python", "http", "postgres", "duckdb", "secrets", "playbook", "script"):
     register_lazy(_kind, f"noetl.worker.tools.{_kind}")
 
 

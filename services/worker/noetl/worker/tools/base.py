@@ -73,13 +73,19 @@ class Clock:
         self.started_at = utc_now()
         self._t0 = time.perf_counter()
 
-    def meta(self, task: str, attempt: int) -> dict[str, Any]:
-        return {
+    def meta(self, task: str, attempt: int, trace_id: str | None = None) -> dict[str, Any]:
+        """``outcome.meta`` (spec 000 §6: duration, attempt, timestamps, trace ids): what a rule
+        or a reader of the log needs to place a task run in time and in its trace."""
+        out: dict[str, Any] = {
             "attempt": attempt,
             "duration_ms": round((time.perf_counter() - self._t0) * 1000, 3),
             "started_at": self.started_at,
+            "ended_at": utc_now(),
             "task": task,
         }
+        if trace_id:
+            out["trace_id"] = trace_id
+        return out
 
 
 _REGISTRY: dict[str, Tool] = {}
