@@ -16,6 +16,8 @@ in ``FAULTS``.
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 import time
 from collections.abc import Iterator
 
@@ -53,7 +55,12 @@ def proxied_cluster() -> Iterator[NatsCluster]:
 @pytest.fixture
 def default_services(proxied_cluster: NatsCluster) -> Iterator[Services]:
     """Services at the defaults users get: no NOETL_LEASE_TTL, no NOETL_ACK_WAIT."""
-    svc = Services(proxied_cluster.url_list, ack_wait=None, lease_ttl=None, replicas=3)
+    keep = os.environ.get("NOETL_FAULT_MATRIX_KEEP")  # a dir: keep the service logs there
+    log_dir = tempfile.mkdtemp(prefix="matrix-", dir=keep) if keep else None
+    env = {"NOETL_LOG_LEVEL": "INFO"} if keep else {}
+    svc = Services(
+        proxied_cluster.url_list, ack_wait=None, lease_ttl=None, replicas=3, log_dir=log_dir, env=env
+    )
     try:
         yield svc
     finally:
