@@ -203,8 +203,9 @@ def test_noetl_server_serves_http_on_a_free_port(fresh_nats) -> None:
         while url is None:
             line = lines.get(timeout=30)
             seen.append(line)
-            if "HTTP API on " in line:
-                url = line.rsplit(" ", 1)[1].strip()
+            record = json.loads(line)  # stderr is not a terminal: JSON lines only, nothing else
+            if "HTTP API on " in record["event"]:
+                url = record["url"]
         assert url.startswith("http://127.0.0.1:"), seen
         assert httpx.get(f"{url}/health", timeout=10).json() == {"status": "ok"}
         assert httpx.get(f"{url}/ready", timeout=10).status_code == 200

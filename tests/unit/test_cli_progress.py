@@ -312,3 +312,27 @@ def test_activity_ignores_events_of_unknown_runs() -> None:
     assert a.feed(ev("task.done", "task", "t", step_run_id="nope")) is None
     assert a.feed({"name": "loop.iteration.done"}) is None
     assert a.loops() == {}
+
+
+def test_a_waiting_step_says_what_it_waits_for_and_how_to_send_it() -> None:
+    """Issue 31: `noetl run` of an approval showed only a step that never ended; now a line names
+    the signal and the command that sends it to the embedded NATS, live or not."""
+    for live in (True, False):
+        out = io.StringIO()
+        p = Progress(out, live=live, width=200)
+        p.nats_url = "nats://127.0.0.1:4999"
+        p.feed(
+            {
+                "name": "step.waiting",
+                "execution_id": "e" * 32,
+                "entity_id": "approve",
+                "step_run_id": "r1",
+                "payload": {"signal": "approval", "timeout_s": 60},
+            }
+        )
+        text = out.getvalue()
+        assert "approve waits for signal approval (signal_timeout after 60 s)" in text
+        assert (
+            f"noetl signal {'e' * 32} approval --data '{{\"approved\": true}}' --nats-url nats://127.0.0.1:4999"
+            in text
+        )

@@ -114,7 +114,7 @@ class NatsServer:
         self.extra_args = list(extra_args or [])
         self.binary = binary
         self.sync_interval = sync_interval_setting(
-            sync_interval if sync_interval is not None else os.environ.get(SYNC_INTERVAL_ENV)
+            sync_interval if sync_interval is not None else _sync_interval_env()
         )
         self._config: str | None = None
         self._own_dir = store_dir is None
@@ -148,7 +148,12 @@ class NatsServer:
             self.store_dir,
             *self.extra_args,
         ]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # its own session: a Ctrl-C at the terminal goes to the process group, and a nats-server
+        # that shut down at once would fail every pull of the services still stopping (`noetl
+        # run` printed a dozen "409 Server Shutdown" warnings); its owner stops it, last
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         deadline = time.monotonic() + timeout
         url = f"http://127.0.0.1:{self.monitor_port}/healthz?js-enabled-only=true"
         while time.monotonic() < deadline:
@@ -192,5 +197,8 @@ class NatsServer:
         self.stop()
 
 
-def env_nats_url(default: str | None = None) -> str | None:
-    return os.environ.get("NOETL_NATS_URL", default)
+def _sync_interval_env() -> str | None:
+    from noetl.events.settings import setting
+
+    value: str | None = setting("nats_sync_interval")
+    return value

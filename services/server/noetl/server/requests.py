@@ -8,6 +8,7 @@ the playbook text, the payload and the list of keychain entries that did not res
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from noetl.dsl.cache import digest_of, parse_playbook
@@ -27,6 +28,7 @@ from noetl.dsl.names import (
 )
 from noetl.engine.endings import ending
 from noetl.events import subjects as s
+from noetl.events import tracing
 from noetl.events import vocabulary as vocab
 from noetl.events.clock import utc_now
 from noetl.events.envelope import (
@@ -73,6 +75,7 @@ class RequestHandler:
 
     async def handle(self, data: bytes, msg_id: str | None = None) -> dict[str, Any]:
         """Validate and record one request. Returns ``{execution_id}`` or ``{error, problems}``."""
+        began = time.time_ns() if tracing.enabled() else 0
         try:
             req = self._parse(data)
         except RequestInvalidError as e:
@@ -133,13 +136,15 @@ class RequestHandler:
             source="server",
             name="playbook.execution.requested",
             entity_type="playbook",
-            entity_id=playbook.metadata.path or playbook.metadata.name,
+            # a catalog playbook without metadata.path is registered under its name: keep the
+            # path it was requested by, so lists and the console link it to its catalog entry
+            entity_id=playbook.metadata.path or origin or playbook.metadata.name,
             status="in_progress",
             payload={
                 "playbook": text,
                 "file": file,
                 "digest": digest,
-                "path": playbook.metadata.path,
+                "path": playbook.metadata.path or origin,
                 "version": playbook.metadata.version,
                 "payload": req.get("payload") or {},
                 "keychain_missing": missing,
@@ -148,6 +153,7 @@ class RequestHandler:
                 "request_id": request_id,
                 **({"schedule": req["schedule"]} if req.get("schedule") else {}),
                 **({"parent_iter": req["parent_iter"]} if req.get("parent_iter") is not None else {}),
+                **({"fork": req["fork"]} if req.get("fork") is not None else {}),
             },
             parent_execution_id=req.get("parent_execution_id"),
             trace_id=req.get("trace_id") or execution_id,
@@ -164,6 +170,17 @@ class RequestHandler:
             return {"execution_id": execution_id, "error": invalid.to_dict()}
         subject = s.event_subject(partition, execution_id, event["name"])
         await store_all(self.bus, [(subject, data, event["event_id"])])
+        if began:
+            trace = str(event.get("trace_id") or execution_id)
+            tracing.record(
+                "request",
+                trace,
+                span_id=tracing.span_int(trace, "request", execution_id),
+                parent=tracing.root_span(trace, execution_id),
+                start=began,
+                end=time.time_ns(),
+                attributes={"execution_id": execution_id, "request_id": request_id, "path": origin or ""},
+            )
         return {"execution_id": execution_id}
 
     async def _already_requested(self, execution_id: str) -> bool:
@@ -309,6 +326,7 @@ class RequestHandler:
             "parent_iter",
             "trace_id",
             "schedule",
+            "fork",
         }
         if unknown:
             raise RequestInvalidError(f"unknown request fields: {', '.join(sorted(unknown))}")
@@ -320,6 +338,17 @@ class RequestHandler:
             raise RequestInvalidError(
                 "request `parent_iter` must be a JSON object: the calling loop iteration's `iter` "
                 "(the `playbook` tool sets it; leave it out otherwise)"
+            )
+        fork = req.get("fork")
+        if fork is not None and (
+            not isinstance(fork, dict)
+            or execution_id_problem(fork.get("from_execution_id"))
+            or not isinstance(fork.get("runs"), list)
+        ):
+            # written by a rerun (noetl.server.rerun), never by hand
+            raise RequestInvalidError(
+                "request `fork` must be {from_execution_id, runs, ctx} as `noetl rerun` writes it: "
+                "use noetl rerun ID or POST /api/executions/{id}/rerun"
             )
         for key, problem in (
             ("request_id", request_id_problem),

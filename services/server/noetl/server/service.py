@@ -28,7 +28,7 @@ from noetl.engine import ExecutionState, decide, is_input, new_state
 from noetl.engine.endings import ending
 from noetl.engine.fold import replay
 from noetl.events import subjects as s
-from noetl.events import supervise
+from noetl.events import supervise, tracing
 from noetl.events.clock import utc_now
 from noetl.events.envelope import Event, WireError, decode_event, dumps, loads, make_event
 from noetl.events.ids import derive_id
@@ -51,6 +51,7 @@ from noetl.server import schedules, timers
 from noetl.server.lanes import SLOW_DECISION_S, SlowLanes
 from noetl.server.leases import PartitionLeases
 from noetl.server.requests import RequestHandler
+from noetl.server.traces import trace_decision
 from noetl.store.catalog import Catalog
 
 log = logging.getLogger("noetl.server")
@@ -454,6 +455,8 @@ class Server:
     ) -> None:
         if self.observer is not None:
             self._observe(event, decision.events)
+        if tracing.enabled():  # spans, and each command's traceparent (off: this check only)
+            trace_decision(self.states.get(event["execution_id"]), event, decision)
         group = groups.setdefault(event["execution_id"], _Outputs(event))
         group.cause = event
         group.objects.extend(decision.objects)
