@@ -1274,6 +1274,7 @@ async def _count(case: Case, result: CaseResult, eids: list[str], finished: dict
                 events = await read_events(js, e, timeout=15)
             if events is not None:
                 progress[e[:8]] = sum(1 for ev in events if ev.get("name") == "loop.iteration.done")
+                _keep_events(case, e, events)
         if events is not None:
             extra = sum(n - 1 for n in terminal_events_per_run(events).values() if n > 1)
             if extra:
@@ -1304,6 +1305,19 @@ async def _count(case: Case, result: CaseResult, eids: list[str], finished: dict
         d.append(f"unfinished executions' loop.iteration.done counts (of {load.iterations}): {progress}")
     d += [f"problem: {p}" for p in case.problems]
     d += [f"  {n}" for n in case.notes]
+
+
+def _keep_events(case: Case, execution_id: str, events: list[dict[str, Any]]) -> None:
+    """With NOETL_FAULT_MATRIX_KEEP=dir, an unfinished execution's whole log goes to a file there
+    (the cluster and its streams are gone once the case ends)."""
+    keep = os.environ.get("NOETL_FAULT_MATRIX_KEEP")
+    if not keep:
+        return
+    path = Path(keep) / f"{case.name}-{execution_id}.jsonl"
+    with path.open("w") as fh:
+        for ev in events:
+            fh.write(json.dumps(ev, default=str) + "\n")
+    case.note(f"events of unfinished {execution_id[:8]} kept in {path}")
 
 
 async def stream_sizes(js: Any) -> dict[str, tuple[int, int]]:
