@@ -191,7 +191,44 @@ existingSecret. Output: YAML map of key -> plain value (empty map when nothing i
 {{- if not (get $d "api-token") }}{{ $_ := unset $d "api-token" }}{{ end }}
 {{- if not (get $d "api-admin-token") }}{{ $_ := unset $d "api-admin-token" }}{{ end }}
 {{- end }}
+{{- with .Values.auth.principals }}
+{{- $plain := list }}
+{{- range . }}{{ $plain = append $plain (omit . "natsPassword") }}{{ end }}
+{{- $_ := set $d "auth.yaml" (dict "principals" $plain | toYaml) }}
+{{- end }}
 {{- toYaml $d }}
+{{- end }}
+
+{{/*
+The nats-server `authorization` block for auth.natsAuthorization (docs/security.md#nats): the
+chart's own user may use every subject (it is the engine); a principal with a natsPassword gets
+only the NATS service `noetl.api.*` (which checks its token against its namespaces) and its own
+inbox `_INBOX_<name>.>` (connect with that inbox prefix), never `noetl.requests.*`, `noetl.events.*`
+or a KV bucket; an admin also reaches JetStream and KV for the `noetl` CLI. Output: JSON, which
+nats-server's configuration format reads.
+*/}}
+{{- define "noetl.natsAuthorization" -}}
+{{- $users := list }}
+{{- with .Values.nats.auth }}
+{{- if and .user .password }}
+{{- $users = append $users (dict "user" .user "password" .password "permissions" (dict "publish" (dict "allow" (list ">")) "subscribe" (dict "allow" (list ">")))) }}
+{{- end }}
+{{- end }}
+{{- range .Values.auth.principals }}
+{{- if .natsPassword }}
+{{- $inbox := printf "_INBOX_%s.>" .name }}
+{{- $pub := list "noetl.api.status" "noetl.api.schedule.list" }}
+{{- $subs := list $inbox }}
+{{- if eq .role "operator" }}{{ $pub = list "noetl.api.>" }}{{ end }}
+{{- if eq .role "admin" }}
+{{- $pub = list "noetl.api.>" "$JS.API.>" "$KV.>" "$O.>" "$JS.ACK.>" "noetl.audit.>" }}
+{{- $subs = list $inbox "noetl.events.>" }}
+{{- end }}
+{{- $users = append $users (dict "user" .name "password" .natsPassword "permissions" (dict "publish" (dict "allow" $pub) "subscribe" (dict "allow" $subs))) }}
+{{- end }}
+{{- end }}
+{{- /* toPrettyJson writes ">" as \u003e: nats-server wants the subject as it is */}}
+{{- dict "users" $users | toPrettyJson | replace "\\u003e" ">" }}
 {{- end }}
 
 {{/*

@@ -100,6 +100,8 @@ async def connect(
         kw["user_credentials"] = creds
     if seed:
         kw["nkeys_seed"] = seed
+    if inbox := setting("nats_inbox_prefix"):  # a principal's NATS user may read only its own inbox
+        kw["inbox_prefix"] = inbox
     tls = tls_context()
     if tls is not None:
         kw["tls"] = tls

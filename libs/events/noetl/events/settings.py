@@ -44,6 +44,8 @@ _SIZE = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
 class SettingsError(DeploymentError):
     """A setting with a value it cannot take; the message is one line naming the variable."""
 
+    kind = "settings_invalid"
+
 
 def parse_duration(value: Any) -> float:
     """Seconds from ``500ms``, ``30`` (seconds), ``30s``, ``5m``, ``12h``, ``30d``, ``1w``."""
@@ -120,6 +122,9 @@ class Settings(BaseSettings):
     nats_token: SecretStr | None = Field(None, description="NATS token (never logged)")
     nats_creds: OptionalStr = Field(None, description="a `.creds` file (JWT + nkey; needs `noetl[nkeys]`)")
     nats_nkey_seed: OptionalStr = Field(None, description="an nkey seed file (needs `noetl[nkeys]`)")
+    nats_inbox_prefix: OptionalStr = Field(
+        None, description="reply subjects' prefix: a principal's NATS user may read only its own inbox"
+    )
     nats_tls_ca: OptionalStr = Field(None, description="CA bundle that verifies the NATS servers")
     nats_tls_cert: OptionalStr = Field(None, description="client certificate for NATS mutual TLS")
     nats_tls_key: OptionalStr = Field(None, description="the client certificate's key")
@@ -143,6 +148,10 @@ class Settings(BaseSettings):
     events_max_age: Duration = Field(
         30 * 86400.0,
         description="how long events are kept (`30d`, `12h`; `0`: forever); set it above the longest execution",
+    )
+    results_max_age: Duration | None = Field(
+        None,
+        description="how long results stored by reference (`noetl_results`) are kept; unset: as long as the events (`NOETL_EVENTS_MAX_AGE`); `0`: forever. Results are task outputs, often data fetched with a credential: they must not outlive the log that names them",
     )
     events_max_bytes: Size = Field(
         -1,
@@ -302,6 +311,7 @@ USED_BY = {
     "partitions": "server",
     "events_max_age": "whoever creates `NOETL_EVENTS`",
     "events_max_bytes": "whoever creates `NOETL_EVENTS`",
+    "results_max_age": "whoever creates `noetl_results`",
     "http_port": "server",
     "http_host": "server, worker",
     "lease_ttl": "server",

@@ -290,15 +290,40 @@ async def _open_or_create(
     return got
 
 
+def results_max_age() -> float:
+    """Seconds results stored by reference (``noetl_results``) are kept: ``NOETL_RESULTS_MAX_AGE``,
+    by default as long as the events that name them (``NOETL_EVENTS_MAX_AGE``, 30d); 0 forever.
+    Results are task outputs, often data a playbook fetched with a credential: they must not
+    outlive the log that is the only way to find them."""
+    from noetl.events.settings import setting
+
+    age: float | None = setting("results_max_age")
+    return age if age is not None else float(setting("events_max_age"))
+
+
 async def ensure_object_store(
     js: JetStreamContext, bucket: str, *, replicas: int | None = None
 ) -> ObjectStore:
     want = replicas_wanted(replicas)
-    return await _open_or_create(
+    age = results_max_age() if bucket == s.RESULTS_BUCKET else 0.0
+    store = await _open_or_create(
         js,
         f"OBJ_{bucket}",
         want,
         lambda: js.object_store(bucket),
         # the name goes first: nats-py drops a bucket given only inside ObjectStoreConfig
-        lambda: js.create_object_store(bucket, replicas=want or 1),
+        lambda: js.create_object_store(bucket, replicas=want or 1, ttl=age or None),
     )
+    if age:
+        await _reconcile_max_age(js, f"OBJ_{bucket}", age)
+    return store
+
+
+async def _reconcile_max_age(js: JetStreamContext, name: str, age: float) -> None:
+    """An object store created before it had an age limit gets one (JetStream applies it to
+    what is stored already)."""
+    info = await js.stream_info(name)
+    have = info.config.max_age or 0
+    if abs(have - age) > 1:
+        log.info("stream %s: max_age %ss -> %ss (NOETL_RESULTS_MAX_AGE)", name, have, age)
+        await js.update_stream(info.config.evolve(max_age=age))

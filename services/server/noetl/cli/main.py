@@ -207,11 +207,18 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
         http_port = args.http_port
         if role == "server" and http_port >= 0:
             from noetl.server.api.listener import HttpListener
-            from noetl.server.api.server import TOKEN_ENV, check_exposure
+            from noetl.server.api.server import ADMIN_TOKEN_ENV, TOKEN_ENV, check_exposure
+            from noetl.store.principals import Principals
 
             host = args.http_host
             insecure = bool(getattr(args, "insecure", False)) or bool(setting("api_insecure"))
-            check_exposure(host, os.environ.get(TOKEN_ENV) or None, insecure)
+            # the principals (tokens, the auth file) are read before the port opens: a bad auth
+            # file stops the start here, and principals count as the API's token
+            token = os.environ.get(TOKEN_ENV) or None
+            principals = Principals.load(
+                token, os.environ.get(ADMIN_TOKEN_ENV) or None, getattr(args, "auth_file", None)
+            )
+            check_exposure(host, token or ("principals" if principals.required else None), insecure)
             listener = HttpListener(host, http_port, state)
             await listener.start()
             _say(
@@ -247,6 +254,7 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
             http_host=args.http_host,
             http_port=http_port if role == "server" else -1,
             insecure=True if getattr(args, "insecure", False) or setting("api_insecure") else None,
+            auth_file=getattr(args, "auth_file", None),
             listener=listener,
         )
         _say(role, f"running against {where}", nats=where)
@@ -361,6 +369,10 @@ async def _exec(args: argparse.Namespace) -> dict[str, Any]:
             req["version"] = args.version
     nc = await cli_connect(args.nats_url, "noetl-exec")
     try:
+        from noetl.cli.as_principal import call_service, principal_token
+
+        if principal_token():  # as a principal: the checked NATS service starts it, status polls it
+            return await _exec_as_principal(nc, req, args, call_service)
         if args.file:  # a pool nobody serves would hold the execution without a word: say it now
             await _warn_unserved_pools(nc, req["playbook"], args.file)
         if args.wait:  # live progress on a terminal; task output stays in `noetl logs` otherwise
@@ -369,6 +381,21 @@ async def _exec(args: argparse.Namespace) -> dict[str, Any]:
         return {"execution_id": await submit(nc.jetstream(), req)}
     finally:
         await nc.close()
+
+
+async def _exec_as_principal(
+    nc: Any, req: dict[str, Any], args: argparse.Namespace, call: Any
+) -> dict[str, Any]:
+    """``noetl exec`` with ``NOETL_TOKEN``: started through ``noetl.api.execute`` and, with
+    ``--wait``, followed through ``noetl.api.status`` (a principal's NATS user reads no events)."""
+    out: dict[str, Any] = await call(nc, "noetl.api.execute", req)
+    if out.get("error") or not args.wait:
+        return out
+    while True:
+        status = await call(nc, "noetl.api.status", {"execution_id": out["execution_id"]})
+        if status.get("status") != "running":
+            return {"execution_id": out["execution_id"], **status}
+        await asyncio.sleep(0.5)
 
 
 async def _warn_unserved_pools(nc: Any, text: str, file: str) -> None:
@@ -395,6 +422,10 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if isinstance(got, int):
         return got
     out = got
+    if out.get("error") and not out.get("execution_id"):  # refused before anything was recorded
+        err = out["error"]
+        print(f"noetl: {err.get('message')} ({err.get('kind')})", file=sys.stderr)
+        return 2
     if args.json or not args.wait:
         print(json.dumps(out, default=str))
     elif args.file:  # the text it sent: the error can name FILE:LINE
@@ -404,6 +435,32 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return 0 if not args.wait or out.get("status") == "success" else 1
 
 
+async def _catalog_as_principal(nc: Any, args: argparse.Namespace) -> int:
+    """``noetl catalog register|list`` with ``NOETL_TOKEN``: through the checked NATS service."""
+    from noetl.cli.as_principal import call_service, service_error
+
+    if args.action == "list":
+        for e in (await call_service(nc, "noetl.api.catalog.list", {})).get("playbooks") or []:
+            print(json.dumps(e))
+        return 0
+    failed = 0
+    for f in args.files:
+        try:
+            text = Path(f).read_text()
+        except OSError as e:
+            print(f"{f}:0: <file>: cannot read: {e.strerror}", file=sys.stderr)
+            failed += 1
+            continue
+        out = await call_service(nc, "noetl.api.catalog.register", {"playbook": text})
+        if (refused := service_error(out)) is not None:
+            for p in refused.get("problems") or [f"{f}: {refused.get('message')} ({refused.get('kind')})"]:
+                print(p, file=sys.stderr)
+            failed += 1
+        else:
+            print(json.dumps(out))
+    return 2 if failed else 0
+
+
 async def _catalog(args: argparse.Namespace) -> int:
     from noetl.cli.session import cli_connect
     from noetl.events.streams import ensure_all
@@ -411,22 +468,32 @@ async def _catalog(args: argparse.Namespace) -> int:
 
     nc = await cli_connect(args.nats_url, "noetl-catalog")
     try:
+        from noetl.cli.as_principal import principal_token
+
+        if principal_token() and args.action in ("register", "list"):
+            return await _catalog_as_principal(nc, args)
         js = nc.jetstream()
         await ensure_all(js)
         cat = await Catalog.open(js)
         if args.action == "register":
-            from noetl.dsl.errors import PlaybookInvalidError
+            from noetl.cli.ops_cmd import nats_identity
+            from noetl.dsl.errors import CatalogConflictError, PlaybookInvalidError
 
             failed = 0
+            writer = nats_identity(nc) or "nats-anonymous"  # recorded with each version it writes
             for f in args.files:
                 try:
-                    print(json.dumps(await cat.register(Path(f).read_text(), f)))
+                    entry = await cat.register(Path(f).read_text(), f, writer=writer)
+                    print(json.dumps(entry))
                 except OSError as e:
                     print(f"{f}:0: <file>: cannot read: {e.strerror}", file=sys.stderr)
                     failed += 1
                 except PlaybookInvalidError as e:
                     for line in [str(p) for p in e.problems] or [e.message]:
                         print(line, file=sys.stderr)
+                    failed += 1
+                except CatalogConflictError as e:
+                    print(f"{f}:0: metadata.version: {e.message}", file=sys.stderr)
                     failed += 1
             return 2 if failed else 0
         elif args.action == "list":
@@ -517,6 +584,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--insecure",
         action="store_true",
         help="serve the HTTP API on a non-loopback address without NOETL_API_TOKEN (a trusted network only)",
+    )
+    p.add_argument(
+        "--auth-file",
+        default=os.environ.get("NOETL_AUTH_FILE") or None,
+        help="the principals: name, token or token_sha256, role, namespaces (NOETL_AUTH_FILE)",
     )
     p.set_defaults(fn=cmd_server)
 
