@@ -99,7 +99,7 @@ async def deployment(nc: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     server, worker = Server(nc, credentials=creds), Worker(nc, concurrency=4, credentials=creds)
     await server.start()
     await worker.start()
-    api = ApiServer(nc, server.requests, server.catalog, creds, host="127.0.0.1", port=0, token="",
+    api = ApiServer(server.bus, server.requests, server.catalog, creds, host="127.0.0.1", port=0, token="",
                     admin_token="", auth_file=str(auth))
     await api.start()
     monkeypatch.setenv("NOETL_AUTH_FILE", str(auth))  # what `noetl server --auth-file` sets

@@ -91,8 +91,9 @@ async def test_noetl_test_runs_cases_and_reports_coverage(tmp_path: Path, capsys
 
 
 def _graph_args(file: Path | None, execution: str, url: str) -> argparse.Namespace:
-    return argparse.Namespace(file=str(file) if file else None, execution=execution, events=None,
-                              nats_url=url, out=None)
+    return argparse.Namespace(
+        file=str(file) if file else None, execution=execution, events=None, nats_url=url, out=None
+    )
 
 
 async def test_graph_refuses_a_file_that_is_not_the_executions_playbook(
@@ -106,8 +107,9 @@ async def test_graph_refuses_a_file_that_is_not_the_executions_playbook(
     assert captured.out == ""
     error = captured.err.strip()
     assert "\n" not in error
-    assert error.startswith(f"noetl graph: execution {out['execution_id']} ran another playbook "
-                            "(path tests/route, digest ")
+    assert error.startswith(
+        f"noetl graph: execution {out['execution_id']} ran another playbook (path tests/route, digest "
+    )
     assert f"than {other} (path tests/other, version 2, digest " in error
     eid = out["execution_id"]
     assert f"omit FILE to draw the execution's own playbook (noetl graph --execution {eid})" in error

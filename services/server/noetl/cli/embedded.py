@@ -101,7 +101,7 @@ async def start_console(nc: Any, server: Any, worker: Any, credentials: Any) -> 
 
     token = secrets.token_urlsafe(24)
     api = ApiServer(
-        nc,
+        server.bus,
         server.requests,
         server.catalog,
         credentials,

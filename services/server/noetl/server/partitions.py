@@ -16,13 +16,10 @@ from noetl.engine.fold import replay
 from noetl.events import subjects as s
 from noetl.events import supervise
 from noetl.events.envelope import Event, WireError, decode_event, loads
-from noetl.events.port import BusError, Message, ReaderLostError
+from noetl.events.port import BusError, Message, ReaderLostError, UnavailableError
 from noetl.events.retry import Backoff, describe, is_transient, retrying
 from noetl.server.lanes import SLOW_DECISION_S
-from noetl.server.parts import (
-    BATCH,
-    READER_GRACE,
-)
+from noetl.server.parts import BATCH, READER_GRACE, REBUILD_PATIENCE
 from noetl.server.storing import DecisionStoring, Outputs, UnstorableError
 
 log = logging.getLogger("noetl.server")
@@ -219,8 +216,33 @@ class PartitionReading(DecisionStoring):
         return decide(state, event)
 
     async def _rebuild(self, execution_id: str, before_seq: int) -> ExecutionState | None:
-        msgs = await self.bus.read(
-            s.EVENTS_STREAM, s.execution_input_filters(execution_id), before_seq=before_seq
-        )
+        """The execution's state from its inputs before ``before_seq`` (the input being decided).
+
+        Read with an ordered reader until it delivers that input itself: a reader delivers in
+        stream order, so reaching it proves every earlier input was read. A read that stops where
+        the reader's replica said the stream ended could come from a replica still catching up
+        after a partition healed, and a state folded from a truncated history decides again what
+        was already decided, under other ids (iterations scheduled twice, seen in the fault
+        matrix's partition case)."""
+        filters = s.execution_input_filters(execution_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + REBUILD_PATIENCE
+        reader = await self.bus.reader(s.EVENTS_STREAM, filters, start_seq=1)
+        msgs: list[Message] = []
+        try:
+            while True:
+                batch = await reader.fetch(512, 1.0)
+                reached = next((i for i, m in enumerate(batch) if m.seq >= before_seq), None)
+                msgs.extend(batch if reached is None else batch[:reached])
+                if reached is not None:
+                    break
+                if loop.time() > deadline:
+                    raise UnavailableError(
+                        f"rebuilding {execution_id}: its input at sequence {before_seq} was not read back "
+                        f"within {REBUILD_PATIENCE:g} s (a replica behind the stream); reading again"
+                    )
+        finally:
+            with contextlib.suppress(Exception):
+                await reader.close()
         state, _ = replay([await self.catalog.with_playbook_text(loads(m.data)) for m in msgs])
         return state

@@ -24,6 +24,8 @@ CHECKPOINT_EVERY = 0.1  # seconds
 WAITED_FOR = frozenset({"workflow.finished", "playbook.processed"})
 # a request taken by a replica that then died goes to another one after this many seconds
 REQUEST_ACK_WAIT = 10.0
+# how long a rebuild waits for its reader to deliver the input being decided before reading again
+REBUILD_PATIENCE = 15.0
 # an owned partition whose reader is being opened again for longer than this is reported without one
 READER_GRACE = 10.0
 
