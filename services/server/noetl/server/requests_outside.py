@@ -30,9 +30,17 @@ from noetl.events.envelope import (
 )
 from noetl.events.ids import derive_id, execution_id_for
 from noetl.events.port import store_all
-from noetl.server.requests_checks import MAX_SIGNALS, RequestChecks, _principal_name
+from noetl.server.requests_checks import RequestChecks, _principal_name
 
 log = logging.getLogger("noetl.server")
+
+
+def _max_signals() -> int:
+    """``noetl.server.requests.MAX_SIGNALS``, read when it is used: that module is where the
+    request limits are published (and where a test lowers this one)."""
+    from noetl.server import requests
+
+    return requests.MAX_SIGNALS
 
 
 class OutsideRequests(RequestChecks):
@@ -102,9 +110,9 @@ class OutsideRequests(RequestChecks):
             )
         if what == "signal":
             received = s.execution_event_filter(execution_id, vocab.SIGNAL_RECEIVED)
-            if len(await self.bus.read(s.EVENTS_STREAM, [received])) >= MAX_SIGNALS:
+            if len(await self.bus.read(s.EVENTS_STREAM, [received])) >= (limit := _max_signals()):
                 return reply_error(RequestInvalidError(
-                    f"execution {execution_id} has received {MAX_SIGNALS} signals, the most one execution "
+                    f"execution {execution_id} has received {limit} signals, the most one execution "
                     "takes: its queue would grow without bound"
                 ))
         names: dict[str, EventName] = {"signal": vocab.SIGNAL_RECEIVED, "pause": vocab.PAUSE_REQUESTED}
