@@ -139,7 +139,7 @@ async def _catalog(args: argparse.Namespace) -> int:
         await ensure_all(js)
         cat = await Catalog.open(js)
         if args.action == "register":
-            from noetl.cli.ops_cmd import nats_identity
+            from noetl.cli.credentials_cmd import nats_identity
             from noetl.dsl.errors import CatalogConflictError, PlaybookInvalidError
 
             failed = 0

@@ -13,7 +13,6 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from noetl.cli.as_principal import call_service, principal_token, service_error
@@ -201,103 +200,6 @@ async def _workers(nc: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _credential_data(args: argparse.Namespace) -> dict[str, Any]:
-    """The value comes from an argument or a file; errors never echo it back."""
-    import yaml
-
-    if (args.data is None) == (args.data_file is None):
-        raise ValueError("give exactly one of --data JSON or --data-file FILE")
-    try:
-        text = args.data if args.data is not None else Path(args.data_file).read_text()
-        value = yaml.safe_load(text)  # JSON is YAML; a file may be either
-    except OSError as e:
-        raise ValueError(f"cannot read {args.data_file}: {e.strerror}") from None
-    except yaml.YAMLError:
-        raise ValueError("credential data is neither JSON nor YAML") from None
-    if not isinstance(value, dict):
-        raise ValueError("credential data must be a mapping of fields")
-    return value
-
-
-def nats_identity(nc: Any) -> str | None:
-    """Who a NATS connection says it is (a user name, a token's hash prefix, a credentials file),
-    or None for an anonymous one. Never the password or token itself."""
-    from noetl.store.audit import token_id
-
-    opts = getattr(nc, "options", None) or {}
-    if opts.get("user"):
-        return f"nats-user:{opts['user']}"
-    if opts.get("token"):
-        return "nats-" + token_id(str(opts["token"]))
-    if getattr(nc, "_user_credentials", None) or opts.get("nkeys_seed") or getattr(nc, "_nkeys_seed", None):
-        return "nats-credentials"
-    server = getattr(nc, "_current_server", None)
-    user = getattr(getattr(server, "uri", None), "username", None)
-    return f"nats-user:{user}" if user else None
-
-
-async def _credentials(nc: Any, args: argparse.Namespace) -> int:
-    """``noetl credentials set|list|delete`` on the KV bucket itself. A write or delete names
-    its NATS identity in the audit trail (``noetl.audit.credentials``) before it happens, and is
-    refused from an anonymous connection unless ``--anonymous`` says that is meant (a private
-    nats-server): with an anonymous default server, anyone on the network could otherwise
-    replace or delete a credential and leave no trace."""
-    from noetl.dsl.errors import KeychainUnresolvedError
-    from noetl.events.masking import weak_secrets
-    from noetl.events.nats_port import NatsBus
-    from noetl.store.audit import ensure_audit_stream, record_credential_access
-    from noetl.store.credentials import CredentialStore
-
-    bus = NatsBus(nc)
-    store = await CredentialStore.open(bus, None)
-    who = nats_identity(nc)
-    try:
-        if args.action in ("set", "delete"):
-            if who is None and not getattr(args, "anonymous", False):
-                print(
-                    f"noetl: refusing to {args.action} a credential over an anonymous NATS connection: "
-                    "connect as a NATS user (NOETL_NATS_USER/PASSWORD, NOETL_NATS_CREDS, NOETL_NATS_TOKEN), "
-                    "or pass --anonymous for a private nats-server",
-                    file=sys.stderr,
-                )
-                return 2
-            await ensure_audit_stream(bus)
-        if args.action == "set":
-            data = _credential_data(args)
-            weak = weak_secrets(data, args.kind)
-            if weak and not getattr(args, "allow_weak", False):
-                print(f"noetl: credential {args.name!r} holds {'; '.join(weak)}: use a stronger secret "
-                      "(or --allow-weak)", file=sys.stderr)
-                return 2
-            scope = {"paths": args.scope or ["*"], "inline": args.allow_inline}
-            await record_credential_access(
-                bus, action="credential.put", credential=args.name, who=who or "anonymous",
-                outcome="stored", kind=args.kind, remote="cli",
-            )
-            await store.put(args.name, args.kind, data, scope)
-            _print_json({"name": args.name, "kind": args.kind, "scope": scope, "stored": True})
-        elif args.action == "list":
-            for e in await store.list():
-                print(f"{e['name']}\t{e.get('kind')}")
-        else:
-            if not await store.exists(args.name):
-                print(f"noetl: no credential {args.name!r}", file=sys.stderr)
-                return 1
-            await record_credential_access(
-                bus, action="credential.delete", credential=args.name, who=who or "anonymous",
-                outcome="deleted", remote="cli",
-            )
-            await store.delete(args.name)
-            _print_json({"name": args.name, "deleted": True})
-    except KeychainUnresolvedError as e:
-        print(f"noetl: {e.message}", file=sys.stderr)
-        return 2
-    except ValueError as e:  # an invalid name or value (the message never holds the value)
-        print(f"noetl: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
 def action_parsers(p: argparse.ArgumentParser) -> Callable[[str, str], argparse.ArgumentParser]:
     """Sub-actions of a command (``credentials set``, ``schedule add``) that take the connection
     options after the action too (``credentials list --nats-url X``); SUPPRESS keeps the
@@ -337,6 +239,9 @@ def client_parser(
 
 
 def add_parsers(sub: Any, nats_url_default: str) -> None:
+    from noetl.cli.credentials_cmd import _credentials
+
+
     def parser(name: str, help_text: str, fn: Any) -> argparse.ArgumentParser:
         return client_parser(sub, name, help_text, fn, nats_url_default, timeout_help=" (not with --follow)")
 
