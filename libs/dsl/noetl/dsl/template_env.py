@@ -31,6 +31,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Cycler, Joiner, Namespace, missing, pass_context
 
 from noetl.dsl import template_limits as lim
+from noetl.dsl import template_prechecks as pre
 
 _NAMES_SHOWN = 30          # names an undefined message lists before it says how many more
 _NAME_CHARS = 40           # a key longer than this is cut in the list
@@ -320,7 +321,7 @@ class NoetlSandbox(ImmutableSandboxedEnvironment):
         self.globals.pop("lipsum", None)
         self.globals["range"] = lim.guarded_range(limits)
         self.filters.pop("random", None)
-        lim.guard_filters(self.filters, limits)
+        pre.guard_filters(self.filters, limits)
         lim.meter_filters(self.filters, limits)
         self.filters[_ITER_FILTER] = pass_context(lim.guarded_iter(limits))
 
@@ -397,7 +398,7 @@ class NoetlSandbox(ImmutableSandboxedEnvironment):
         lim.spend(__context, __self.limits)
         owner = getattr(__obj, "__self__", None)
         if isinstance(owner, (str, bytes, int)):
-            args = lim.precheck_method(__self.limits, owner, __obj.__name__, args, kwargs)
+            args = pre.precheck_method(__self.limits, owner, __obj.__name__, args, kwargs)
         return lim.check_built(__self.limits, super().call(__context, __obj, *args, **kwargs))
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
