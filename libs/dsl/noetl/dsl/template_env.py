@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import types
 from _string import formatter_field_name_split  # type: ignore[import-not-found]
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from string import Formatter
 from typing import Any
 
@@ -26,12 +26,13 @@ from jinja2 import nodes
 from jinja2.compiler import CodeGenerator, Frame, optimizeconst
 from jinja2.exceptions import TemplateSyntaxError
 from jinja2.nodes import EvalContext
-from jinja2.runtime import Context, LoopContext, Macro, TemplateReference, Undefined
+from jinja2.runtime import Context, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from jinja2.utils import Cycler, Joiner, Namespace, missing, pass_context
+from jinja2.utils import missing, pass_context
 
 from noetl.dsl import template_limits as lim
 from noetl.dsl import template_prechecks as pre
+from noetl.dsl.template_values import clean, materialize, shallow
 
 _NAMES_SHOWN = 30          # names an undefined message lists before it says how many more
 _NAME_CHARS = 40           # a key longer than this is cut in the list
@@ -42,6 +43,8 @@ _DICT_METHOD_HINTS = {            # what to write instead of the dict method a u
     "get": "use `x['key'] | default(...)`",
 }
 _ITER_FILTER = "_noetl_iter"
+
+__all__ = ["NoetlSandbox", "NoetlUndefined", "RenderContext", "clean", "materialize", "node_path", "shallow"]
 
 
 def _suffix(key: Any) -> str:
@@ -233,56 +236,6 @@ class RenderContext(Context):
         if found is missing:   # undefined, knowing the names that are defined (for its message)
             return NoetlUndefined(obj=_Miss(key, "", self.parent, top=True), name=key)
         return found
-
-
-_HELPERS = (Cycler, Joiner, Namespace, LoopContext, Macro, TemplateReference)
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-def shallow(value: Any, cap: int) -> Any:
-    """A template's value as data, looking at the top level only: what a plain lookup returns is
-    context data and is passed on as is (cheap for large results). An iterator becomes the list
-    it yields; a function or helper object is refused, as its repr would carry a memory address
-    (not replayable) and it is no value a task could use."""
-    if type(value) in _SCALARS:
-        return value
-    if isinstance(value, Undefined):
-        value._fail_with_undefined_error()
-    if isinstance(value, str):
-        return str(value)                             # Markup from tojson & co: a plain string
-    if isinstance(value, (Iterator, range)):
-        return materialize(value, cap)
-    if callable(value) or isinstance(value, _HELPERS):
-        raise TypeError(f"a {type(value).__name__} is not a value a template can produce")
-    return value
-
-
-def clean(value: Any, cap: int) -> Any:
-    """A JSON-shaped copy of a value the template built: iterators and tuples become lists, and
-    an undefined value anywhere inside is an error rather than a silent ``Undefined``."""
-    if type(value) in _SCALARS:
-        return value
-    if isinstance(value, Mapping):
-        out = {}
-        for key, item in value.items():
-            if isinstance(key, Undefined):
-                key._fail_with_undefined_error()
-            out[key] = clean(item, cap)
-        return out
-    if isinstance(value, (list, tuple)):
-        return [clean(item, cap) for item in value]
-    if isinstance(value, (Iterator, range)):
-        return [clean(item, cap) for item in materialize(value, cap)]
-    return shallow(value, cap)
-
-
-def materialize(value: Iterator[Any] | range, cap: int) -> list[Any]:
-    out: list[Any] = []
-    for item in value:
-        out.append(item)
-        if len(out) > cap:
-            raise lim.LimitExceeded(f"an iterator yields more than {cap} items")
-    return out
 
 
 class _GuardedFormatter(Formatter):
