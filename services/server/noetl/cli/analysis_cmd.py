@@ -193,6 +193,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_url_default: str) -> None:
+    """Every command's options, one after another. Longer than 60 lines on purpose: it is a table
+    (a command, its flags, their help), read and changed one entry at a time; split, one command's
+    flags would be looked for in several places."""
     p = sub.add_parser(
         "check", help="static analysis: dead arcs, joins that never admit, unbounded cycles..."
     )

@@ -239,6 +239,9 @@ def client_parser(
 
 
 def add_parsers(sub: Any, nats_url_default: str) -> None:
+    """Every command's options, one after another. Longer than 60 lines on purpose: it is a table
+    (a command, its flags, their help), read and changed one entry at a time; split, one command's
+    flags would be looked for in several places."""
     from noetl.cli.credentials_cmd import _credentials
 
 

@@ -29,6 +29,9 @@ def _add_replicas(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every command's options, one after another. Longer than 60 lines on purpose: it is a table
+    (a command, its flags, their help), read and changed one entry at a time; split, one command's
+    flags would be looked for in several places."""
     # the commands live in main (the start-up) and the command modules, which import this one
     from noetl.cli.exec_cmd import cmd_catalog, cmd_exec
     from noetl.cli.main import cmd_run, cmd_schema, cmd_server, cmd_validate, cmd_worker, version
