@@ -13,6 +13,10 @@ fi
 .venv/bin/python scripts/any_count.py   # functions with Any in their signature, per package (a report)
 status=0
 .venv/bin/python -m pytest -q -p no:cacheprovider || status=$?
+# tested minimum versions: the lowest direct dependencies pyproject allows, in a throwaway venv
+if [ "${CI:-}" = true ] || [ "${NOETL_MIN_DEPS:-}" = 1 ]; then
+  ./scripts/min_deps.sh || status=$?
+fi
 CONFORMANCE=${CONFORMANCE:-../shared/conformance/run.py}
 if [ -f "$CONFORMANCE" ]; then
   PATH="$PWD/.venv/bin:$PATH" .venv/bin/python "$CONFORMANCE" --known-failures conformance-known-failures.txt || status=$?
