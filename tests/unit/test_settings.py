@@ -175,6 +175,7 @@ def test_tokens_auth_file_and_credentials_key_are_read_through_the_settings(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from noetl.cli.as_principal import principal_token
+    from noetl.dsl.errors import DeploymentError
     from noetl.server.api.server import api_tokens
     from noetl.store.credentials import _key_text, generate_key
     from noetl.store.principals import Principals
@@ -194,9 +195,8 @@ def test_tokens_auth_file_and_credentials_key_are_read_through_the_settings(
     auth = tmp_path / "auth.yaml"
     auth.write_text(f"principals: [{{name: ops, token_sha256: {'a' * 64}, role: admin}}]\n")
     config = tmp_path / "noetl.yaml"
-    config.write_text(
-        f"api_admin_token: {'a' * 16}\ncredentials_key_file: {key_file}\nauth_file: {tmp_path / 'nope.yaml'}\n"
-    )
+    nope = tmp_path / "nope.yaml"
+    config.write_text(f"api_admin_token: {'a' * 16}\ncredentials_key_file: {key_file}\nauth_file: {nope}\n")
     monkeypatch.setenv("NOETL_CONFIG", str(config))
     monkeypatch.delenv("NOETL_API_ADMIN_TOKEN")
     assert api_tokens() == ("u" * 16, "a" * 16)
@@ -204,7 +204,7 @@ def test_tokens_auth_file_and_credentials_key_are_read_through_the_settings(
     monkeypatch.setenv("NOETL_AUTH_FILE", str(auth))
     assert Principals.load(None, None).required  # the environment's file, not the config's
     monkeypatch.delenv("NOETL_AUTH_FILE")
-    with pytest.raises(Exception, match="nope.yaml"):
+    with pytest.raises(DeploymentError, match=re.escape(str(nope))):
         Principals.load(None, None)
     monkeypatch.setenv("NOETL_API_INSECURE", "maybe")
     with pytest.raises(SettingsError, match="NOETL_API_INSECURE='maybe': use true or false"):
