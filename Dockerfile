@@ -2,6 +2,7 @@
 #   docker build -t noetl-jetstream:0.2.0 .
 #   docker build --build-arg EXTRAS=nkeys -t noetl-jetstream-slim:0.2.0 .   # no DuckDB, no asyncpg
 #   docker run --rm noetl-jetstream:0.2.0 --help
+# Its packages are requirements.lock's (scripts/lock.sh writes it from pyproject.toml).
 FROM python:3.11-slim
 
 ENV PYTHONUNBUFFERED=1 \
