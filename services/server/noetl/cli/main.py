@@ -209,17 +209,15 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
         http_port = args.http_port
         if role == "server" and http_port >= 0:
             from noetl.server.api.listener import HttpListener
-            from noetl.server.api.server import ADMIN_TOKEN_ENV, TOKEN_ENV, check_exposure
+            from noetl.server.api.server import api_tokens, check_exposure
             from noetl.store.principals import Principals
 
             host = args.http_host
             insecure = bool(getattr(args, "insecure", False)) or bool(setting("api_insecure"))
             # the principals (tokens, the auth file) are read before the port opens: a bad auth
             # file stops the start here, and principals count as the API's token
-            token = os.environ.get(TOKEN_ENV) or None
-            principals = Principals.load(
-                token, os.environ.get(ADMIN_TOKEN_ENV) or None, getattr(args, "auth_file", None)
-            )
+            token, admin_token = api_tokens()
+            principals = Principals.load(token, admin_token, getattr(args, "auth_file", None))
             check_exposure(host, token or ("principals" if principals.required else None), insecure)
             listener = HttpListener(host, http_port, state)
             await listener.start()

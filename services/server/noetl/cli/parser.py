@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 
@@ -35,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     # the commands live in main (the start-up) and the command modules, which import this one
     from noetl.cli.exec_cmd import cmd_catalog, cmd_exec
     from noetl.cli.main import cmd_run, cmd_schema, cmd_server, cmd_validate, cmd_worker, version
-    from noetl.events.settings import CONFIG_ENV, help_text
+    from noetl.events.settings import CONFIG_ENV, help_text, setting
 
     ap = argparse.ArgumentParser(
         prog="noetl",
@@ -48,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--config",
         metavar="FILE",
-        default=os.environ.get(CONFIG_ENV) or None,
+        default=setting("config"),
         help=f"a YAML or JSON file of settings ({CONFIG_ENV}); the environment and flags win over it",
     )
     sub = ap.add_subparsers(dest="command", required=True)
@@ -105,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--auth-file",
-        default=os.environ.get("NOETL_AUTH_FILE") or None,
+        default=None,  # NOETL_AUTH_FILE (the settings), read by Principals.load
         help="the principals: name, token or token_sha256, role, namespaces (NOETL_AUTH_FILE)",
     )
     p.set_defaults(fn=cmd_server)
