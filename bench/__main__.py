@@ -19,7 +19,7 @@ from bench import report
 from bench.config import FULL, QUICK
 from bench.record import Recorder
 
-SCENARIOS = ["floor", "chain", "loop", "fanout", "startup", "one_step", "ha", "peers"]
+SCENARIOS = ["floor", "chain", "loop", "fanout", "startup", "one_step", "shapes", "ha", "peers"]
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -27,6 +27,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--scenario", action="append", choices=SCENARIOS, help="repeatable; default: all")
     ap.add_argument("--runs", type=int, help="repetitions per scenario (default 3; 1 with --quick)")
     ap.add_argument("--quick", action="store_true", help="small sizes, one run, no peers (~2 minutes)")
+    ap.add_argument(
+        "--fsync",
+        action="store_true",
+        help="shapes with fsync on: JetStream sync_interval always, Restate's default WAL fsync",
+    )
     ap.add_argument(
         "--write-docs", action="store_true", help="update docs/performance.md even on a partial run"
     )
@@ -41,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     if "floor" not in chosen:
         chosen = ["floor", *chosen]
     chosen = [s for s in SCENARIOS if s in chosen]
+    if args.fsync:
+        import os
+
+        os.environ["NOETL_BENCH_FSYNC"] = "always"
     rec = Recorder()
     where = report.machine()  # before the run, so the load average is other people's
     t0 = time.monotonic()

@@ -134,3 +134,35 @@ for _peer in ("temporal", "prefect"):
             "x",
         ),
     ]
+
+
+def _ahead_of_restate(metric: str, higher: bool) -> Getter:
+    """Ours over the faster of Restate's two SDKs on one of issue 29's shapes (> 1: ahead)."""
+
+    def get(rec: Recorder) -> float | None:
+        ours = rec.median("shapes", f"noetl_{metric}")
+        theirs = [v for sdk in ("ts", "py") if (v := rec.median("shapes", f"restate_{sdk}_{metric}"))]
+        if not ours or not theirs:
+            return None
+        best = max(theirs) if higher else min(theirs)
+        return ours / best if higher else best / ours
+
+    return get
+
+
+for _metric, _text, _higher in (
+    ("chain_ms_per_step", "chain of 50 steps (x faster per step)", False),
+    ("loop_steps_per_s", "1 000 steps, 50 in flight (x steps/s)", True),
+    ("one_step_p50", "one-step workflow (x lower p50)", False),
+    ("conc_steps_per_s", "50 x 20-step workflows at once (x steps/s)", True),
+    ("burst_exec_per_s", "200 three-step workflows at once (x workflows/s)", True),
+):
+    GOALS.append(
+        Goal(
+            f"vs restate, its faster SDK: {_text}",
+            _ahead_of_restate(_metric, _higher),
+            _const(1.0),
+            True,
+            "x",
+        )
+    )
