@@ -19,7 +19,8 @@ from bench import report
 from bench.config import FULL, QUICK
 from bench.record import Recorder
 
-SCENARIOS = ["floor", "chain", "loop", "fanout", "startup", "one_step", "shapes", "ha", "peers"]
+SCENARIOS = ["floor", "chain", "loop", "fanout", "startup", "one_step", "shapes", "ha", "peers", "million"]
+ON_REQUEST = {"million"}  # long: only when named with --scenario
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -42,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     sizes = QUICK if args.quick else FULL
     runs = args.runs or (1 if args.quick else 3)
-    chosen = args.scenario or [s for s in SCENARIOS if not (args.quick and s == "peers")]
+    chosen = args.scenario or [
+        s for s in SCENARIOS if s not in ON_REQUEST and not (args.quick and s == "peers")
+    ]
     if "floor" not in chosen:
         chosen = ["floor", *chosen]
     chosen = [s for s in SCENARIOS if s in chosen]
