@@ -204,6 +204,7 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
             insecure=True if getattr(args, "insecure", False) else None,
             listener=listener,
         )
+        _settle_heap()
         print(f"noetl {role} running against {where}", file=sys.stderr)
         if ops.api is not None:
             print(f"noetl {role}: HTTP API on {ops.api.url}", file=sys.stderr)
@@ -235,11 +236,37 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
                 await nc.close()
 
 
+def _settle_heap() -> None:
+    """Once started: what start-up allocated (modules, the playbook cache's first entries,
+    connections) leaves the collector's view (``gc.freeze``), so a full collection walks only
+    what the work allocates; and a young generation of 50 000 objects instead of 700, so a busy
+    service collects every few thousand messages instead of every few dozen."""
+    if os.environ.get("NOETL_GC_TUNE", "1") == "1":
+        import gc
+
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(50_000, 20, 20)
+
+
+def _event_loop_run(main: Any) -> None:
+    """``asyncio.run``, on uvloop when ``NOETL_UVLOOP=1`` and it is installed (measured, not default)."""
+    if os.environ.get("NOETL_UVLOOP") == "1":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            uvloop.run(main)
+            return
+    asyncio.run(main)
+
+
 def _run_service(args: argparse.Namespace, role: str) -> int:
     from noetl.dsl.errors import DeploymentError
 
     try:
-        asyncio.run(_serve(args, role))
+        _event_loop_run(_serve(args, role))
     except DeploymentError as e:
         print(f"noetl {role}: {e.message}", file=sys.stderr)
         return 2
