@@ -182,3 +182,79 @@ workflow:
 """
 
 APPROVAL = approval("tests/console/approval", timeout_s=3600, name="console_approval")
+
+# --- issue 31: rerun, loops past 50 iterations, children -----------------------------------
+
+RERUN = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: console_rerun, path: tests/console/rerun}
+workload: {divisor: 0}
+workflow:
+  - step: start
+    next: {arcs: [{step: fetch}]}
+  - step: fetch
+    tool:
+      - name: count
+        kind: python
+        code: |
+          def main():
+              return 10
+        spec:
+          policy:
+            rules:
+              - else:
+                  then: {do: continue, set_ctx: {fetched: "{{ outcome.result }}"}}
+    next: {arcs: [{step: divide, args: {n: "{{ event.result }}"}}]}
+  - step: divide
+    tool:
+      - name: div
+        kind: python
+        args: {n: "{{ args.n }}", d: "{{ workload.divisor }}"}
+        code: |
+          def main(n, d):
+              return n // d
+    next: {arcs: [{step: report, when: "{{ event.status == 'success' }}"}]}
+  - step: report
+    tool: {kind: noop, result: "{{ ctx.fetched }} split, each {{ args }}"}
+"""
+
+LOOP60 = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: console_loop60, path: tests/console/loop60}
+workload: {n: 60, bad: 57}
+workflow:
+  - step: start
+    next: {arcs: [{step: each}]}
+  - step: each
+    spec: {policy: {failure: {mode: best_effort}}}
+    loop: {in: "{{ range(workload.n) | list }}", iterator: i, spec: {mode: parallel, max_in_flight: 8}}
+    tool:
+      - name: work
+        kind: python
+        args: {i: "{{ iter.i }}", bad: "{{ workload.bad }}"}
+        code: |
+          def main(i, bad):
+              if i == bad:
+                  raise ValueError(f"item {i} is bad")
+              return i
+"""
+
+CHILD = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: console_child, path: tests/console/child}
+workflow:
+  - step: start
+    tool: {kind: noop, result: "{{ workload.city | default('none') }}"}
+"""
+
+PARENT = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: console_parent, path: tests/console/parent}
+workflow:
+  - step: start
+    tool: {kind: playbook, path: tests/console/child, args: {city: Paris}}
+"""

@@ -186,3 +186,63 @@ def test_fold_says_what_an_execution_waits_for_and_which_schedule_started_it() -
     )
     assert view.step_state("approve")[0] == "done" and view.step_state("second")[0] == "failed"
     assert view.waiting == []
+
+
+def test_issue31_small_items_stopped_iterations_joins_root_cause_and_a_waiting_duration() -> None:
+    """Iterations a cancel stopped are not failures; a join not admitted yet is not `skipped`; the
+    first failure is named as the root cause of a later one; a running execution's duration keeps
+    counting; the timeline's last tick label ends at the axis instead of being cut."""
+    events = [
+        *EVENTS,
+        _ev(
+            "loop.iteration.failed", "each", "r2", 4, index=2, error={"kind": "cancelled", "message": "stop"}
+        ),
+        _ev("step.skipped", "join", "r3", 4, args={}),
+    ]
+    view = fold("e1", events)
+    assert view.step_state("each") == ("running", "1/3 done · 1 failed · 1 stopped")
+    assert view.step_state("join") == ("notrun", "not admitted yet (1x)")
+    assert view.duration_ms is not None and view.duration_ms > 60_000  # until now, not the last event
+    finished = [
+        *EVENTS[:4],
+        _ev("step.scheduled", "fetch", "r5", 1, args={}),
+        _ev("step.failed", "fetch", "r5", 2, error={"kind": "python_error", "message": "ValueError: x"}),
+        _ev(
+            "workflow.finished", "e1", t=3, status="failed", error={"kind": "template_error", "message": "y"}
+        ),
+        _ev("playbook.processed", "e1", t=3, status="error"),
+    ]
+    view = fold("e1", finished)
+    assert view.root_cause is not None and view.root_cause.step == "fetch"
+    assert view.step_state("fetch")[0] == "failed"
+    html = render("_summary.html", view=view, actions=[], request_id="x")
+    assert 'id="root-cause"' in html and "python_error" in html and "template_error" in html
+    tl = render("_timeline.html", view=view, timeline=timeline)
+    assert 'class="tick-label tick-end"' in tl
+
+
+def test_labels_of_arcs_that_meet_are_not_drawn_over_each_other() -> None:
+    """Issue 31: two arcs between the same steps put their labels on one point."""
+    twice = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: twice}
+workflow:
+  - step: start
+    tool: {kind: noop, result: 1}
+    next:
+      arcs:
+        - {step: done, when: "{{ event.result > 100 }}", args: {size: big}}
+        - {step: done, when: "{{ event.result > 10 }}", args: {size: medium}}
+        - {step: done, args: {size: small}}
+  - step: done
+    tool: {kind: noop}
+"""
+    g = layout(load_playbook(twice))
+    boxes = [
+        (e.lx - 3.2 * len(e.label), e.ly - 13, e.lx + 3.2 * len(e.label), e.ly) for e in g.edges if e.label
+    ]
+    assert len(boxes) == 3
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert not (a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]), (a, b)

@@ -283,6 +283,21 @@ class ForbiddenError(NoetlError):
     kind = "forbidden"
 
 
+class RerunRefusedError(NoetlError):
+    """A rerun (issue 31) that cannot fork the execution as asked: it still runs, the step never
+    ran there, nothing failed and no ``--from`` says where to start, or the new playbook lacks the
+    step."""
+
+    kind = "rerun_refused"
+
+
+class SignalNotAwaitedError(NoetlError):
+    """A signal for a name no step of the execution waits for or can still wait for: a typo would
+    otherwise be queued silently and never taken."""
+
+    kind = "signal_not_awaited"
+
+
 def reply_error(err: NoetlError) -> dict[str, Any]:
     """The ``{"error": {kind, message}}`` body of an API or NATS-service refusal."""
     return {"error": {"kind": err.kind, "message": err.message, **err.details}}

@@ -98,7 +98,13 @@ def check_task_spec(
         if knob == "policy":
             continue
         misplaced = loop_knob(knob)
-        if knob in STEP_RUN_KNOBS:
+        if knob == "pool" and kind in ("postgres", "duckdb") and isinstance(spec[knob], dict):
+            misplaced = (  # upstream NoETL's database connection pool, not a worker pool
+                f"`pool` with settings on a {kind} task is a database connection pool (upstream NoETL's): "
+                "this engine opens the connection per task run and has no pool settings, so remove it "
+                "(`noetl migrate --from upstream` does)"
+            )
+        elif knob in STEP_RUN_KNOBS:
             misplaced = (
                 f"`{knob}` applies to a whole step run: set it in the step's `spec.{knob}` "
                 f"(or `executor.spec.{knob}`)"

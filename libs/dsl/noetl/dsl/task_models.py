@@ -172,6 +172,9 @@ class PostgresFields(_SqlFields):
         "dsn": "connection details go in the `auth` entry's data (`dsn`, or `host`, `port`, `user`, "
         "`password`, `database`)",
         "table": "a postgres task runs SQL: write the statement (`INSERT INTO <table> ...`) in `command`",
+        "pool": "`pool` here is a database connection pool (upstream NoETL's setting): this engine opens "
+        "the connection per task run and has no pool settings, so remove it (`noetl migrate --from "
+        "upstream` does); it is not the worker pool",
     }
 
     params: list[Any] | TemplateString | None = Field(

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from noetl.dsl.errors import (
     ExecutionFinishedError,
     NoSuchEntityError,
     RequestInvalidError,
+    SignalNotAwaitedError,
     reply_error,
 )
 from noetl.dsl.names import execution_id_problem, request_id_problem, signal_name_problem
@@ -75,14 +77,87 @@ async def _outside(conn: Any, subject: str, what: str, body: dict[str, Any]) -> 
 
 
 async def signal(
-    conn: Any, execution_id: str, name: str, data: Any = None, request_id: str | None = None
+    conn: Any,
+    execution_id: str,
+    name: str,
+    data: Any = None,
+    request_id: str | None = None,
+    *,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Send signal ``name`` with ``data`` to an execution: the first step waiting for it takes it,
-    or it waits in the execution's queue for one that will."""
+    or it waits in the execution's queue for one that will. A name no step waits for and no
+    step of its playbook awaits is refused (a typo would be queued and never taken) unless
+    ``force``."""
     if problem := signal_name_problem(name):
         return reply_error(RequestInvalidError(problem))
+    sent_before = {"execution_id": execution_id, "signal": "sent", "request_id": request_id}
+    if execution_id_problem(execution_id) is None and (request_id or not force):
+        events = await read_execution_events(as_bus(conn), execution_id)
+        if request_id and _recorded_signal(events, request_id):
+            # sent again (a double click): one signal, answered as the first was, even once finished
+            return sent_before
+        refused = None if force else _unawaited(events, execution_id, name)
+        if refused is not None:
+            return refused
     body = {"execution_id": execution_id, "signal": name, "data": data, "request_id": request_id}
-    return await _outside(conn, s.SIGNAL_SUBJECT, "signal", body)
+    reply = await _outside(conn, s.SIGNAL_SUBJECT, "signal", body)
+    # the first send may have been recorded, and ended the execution, between our read and now
+    finished = (reply.get("error") or {}).get("kind") == "execution_finished"
+    if request_id and finished:
+        again = await read_execution_events(as_bus(conn), execution_id)
+        return sent_before if _recorded_signal(again, request_id) else reply
+    return reply
+
+
+def _recorded_signal(events: Sequence[Mapping[str, Any]], request_id: str) -> bool:
+    return any(
+        e.get("name") == "signal.received" and (e.get("payload") or {}).get("request_id") == request_id
+        for e in events
+    )
+
+
+def awaited_signals(events: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]] | None:
+    """(names step runs wait for now, names any step of the playbook awaits), or None when the
+    playbook's text is not in the request event (too large: the check is then skipped)."""
+    from noetl.client.view import waiting_for
+    from noetl.dsl.cache import parse_playbook
+    from noetl.dsl.errors import NoetlError
+
+    requested = next((e for e in events if e.get("name") == "playbook.execution.requested"), None)
+    text = ((requested or {}).get("payload") or {}).get("playbook")
+    if not isinstance(text, str):
+        return None
+    try:
+        playbook = parse_playbook(text, "<request>")
+    except NoetlError:
+        return None
+    now = [str(w["signal"]) for w in waiting_for(events)["signals"] if w.get("signal")]
+    later = [
+        st.lifecycle.await_signal
+        for st in playbook.workflow
+        if st.lifecycle is not None and st.lifecycle.await_signal
+    ]
+    return list(dict.fromkeys(now)), list(dict.fromkeys(later))
+
+
+def _unawaited(events: Sequence[Mapping[str, Any]], execution_id: str, name: str) -> dict[str, Any] | None:
+    if not events or any(e.get("name") == "workflow.finished" for e in events):
+        return None  # _outside says why: no such execution, or finished
+    names = awaited_signals(events)
+    if names is None or name in names[0] or name in names[1]:
+        return None
+    now, later = names
+    waits = f"it waits for {', '.join(now)}" if now else "no step waits for a signal now"
+    awaits = f"its playbook awaits {', '.join(later)}" if later else "its playbook awaits no signal"
+    return reply_error(
+        SignalNotAwaitedError(
+            f"no step of execution {execution_id} waits for or can await signal {name!r} ({waits}; "
+            f"{awaits}): check the name, or send it anyway with --force (HTTP ?force=true)",
+            waiting=now,
+            awaited=later,
+        )
+    )
 
 
 async def pause(conn: Any, execution_id: str, reason: str | None = None) -> dict[str, Any]:

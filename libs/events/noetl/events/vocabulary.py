@@ -37,6 +37,7 @@ EventName = Literal[
     "execution.paused",
     "execution.resumed",
     "execution.abort.requested",
+    "execution.forked",
     "workflow.finished",
     "playbook.processed",
     # worker events (step.done and step.failed are written by both)
@@ -80,6 +81,7 @@ RESUME_REQUESTED: Final = "execution.resume.requested"
 PAUSED: Final = "execution.paused"
 RESUMED: Final = "execution.resumed"
 ABORT_REQUESTED: Final = "execution.abort.requested"
+FORKED: Final = "execution.forked"
 WORKFLOW_FINISHED: Final = "workflow.finished"
 PLAYBOOK_PROCESSED: Final = "playbook.processed"
 

@@ -148,7 +148,12 @@ class NatsServer:
             self.store_dir,
             *self.extra_args,
         ]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # its own session: a Ctrl-C at the terminal goes to the process group, and a nats-server
+        # that shut down at once would fail every pull of the services still stopping (`noetl
+        # run` printed a dozen "409 Server Shutdown" warnings); its owner stops it, last
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         deadline = time.monotonic() + timeout
         url = f"http://127.0.0.1:{self.monitor_port}/healthz?js-enabled-only=true"
         while time.monotonic() < deadline:

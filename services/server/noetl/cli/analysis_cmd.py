@@ -4,7 +4,8 @@ Exit codes (each command's page in docs/ repeats them):
 
     check    0 clean or warnings only (1 with --strict), 1 errors found, 2 a file is invalid
     compile  0 the compiled playbook is valid, 2 it is not (or the sugar itself is wrong)
-    migrate  0 the output is a valid v10 playbook, 1 it is written but still invalid, 2 unreadable input
+    migrate  0 the output is a valid v10 playbook, 1 it is written but still invalid, 2 unreadable input,
+             or an upstream NoETL playbook with a construct that has no translation (nothing written)
     graph    0 drawn, 1 the execution has no events, 2 the playbook is invalid, is not the one the
              execution ran, or (without FILE) its text is nowhere to be found
     test     0 every case passed, 1 a case failed, 2 the folder holds no case
@@ -47,6 +48,12 @@ def cmd_check(args: argparse.Namespace) -> int:
             invalid += 1
             continue
         result = check_text(text, file)
+        if result.problems:
+            from noetl.dsl.migrate import upstream_hint
+
+            hint = upstream_hint(text, file)
+            result.problems = [hint] if hint is not None else result.problems
+            result.findings = [] if hint is not None else result.findings
         invalid += bool(result.problems)
         errors += len(result.errors)
         warnings += len(result.warnings)
@@ -81,29 +88,47 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    """Exit 2 also when an upstream playbook has a construct with no translation: a half-migrated
+    upstream playbook would run with a different meaning, so it is refused, naming each construct."""
     from noetl.dsl.migrate import migrate_text
 
     text = _read(args.file)
     if text is None:
         return 2
-    result = migrate_text(text, args.file, sugar=args.sugar)
+    result = migrate_text(text, args.file, sugar=args.sugar, dialect=args.dialect)
     if result.text is None:
         for p in result.problems:
             print(p, file=sys.stderr)
+        return 2
+    done = sum(not n.untranslated for n in result.notes)
+    left = sum(n.untranslated for n in result.notes)
+    if result.refused:
+        for note in result.notes if args.report else result.untranslated:
+            print(note, file=sys.stderr)
+        print(
+            f"{args.file}: not migrated: {left} upstream constructs have no translation here (each is named "
+            "above with what to do); nothing was written",
+            file=sys.stderr,
+        )
         return 2
     if args.out:
         Path(args.out).write_text(result.text, encoding="utf-8")
     else:
         sys.stdout.write(result.text)
-    for note in result.notes:
+    # upstream rewrites are many: --report lists them
+    quiet = result.dialect == "upstream" and not args.report
+    for note in result.untranslated if quiet else result.notes:
         print(note, file=sys.stderr)
     for p in result.problems:
         print(f"{p} (in the migrated output)", file=sys.stderr)
-    done = sum(not n.untranslated for n in result.notes)
-    left = sum(n.untranslated for n in result.notes)
     verdict = "valid v10 playbook" if not result.problems else f"{len(result.problems)} problems left"
     where = f" to {args.out}" if args.out else ""
-    print(f"migrated {args.file}{where}: {done} rewrites, {left} not translated, {verdict}", file=sys.stderr)
+    source = " (upstream NoETL dialect)" if result.dialect == "upstream" else ""
+    hint = "; --report lists them" if quiet and done else ""
+    print(
+        f"migrated {args.file}{source}{where}: {done} rewrites{hint}, {left} not translated, {verdict}",
+        file=sys.stderr,
+    )
     return 1 if result.problems else 0
 
 
@@ -183,6 +208,20 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_u
         "--sugar",
         action="store_true",
         help="write a task `when` as a `choose` (authoring sugar) instead of the canonical gate task",
+    )
+    p.add_argument(
+        "--from",
+        dest="dialect",
+        choices=("auto", "drafts", "upstream"),
+        default="auto",
+        help="what FILE is written in: upstream NoETL's dialect, the older drafts, or auto (decided by "
+        "the constructs only upstream writes)",
+    )
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="list every rewrite on stderr, one a line with its line in FILE (upstream playbooks list "
+        "only what could not be translated without it)",
     )
     p.set_defaults(fn=cmd_migrate)
 

@@ -212,6 +212,8 @@ async def run_embedded(
         await watch.start()
         pool_workers.append(watch)
         request = await _request(catalog, text, file, payload)
+        if progress is not None:  # a waiting step's line says how to reach this NATS to signal it
+            progress.nats_url = ns.url
         if not ui:
             return await run_with_progress(nc, request, timeout, progress)
         console, base, token = await start_console(nc, server, worker, creds)

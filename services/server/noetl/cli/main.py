@@ -496,6 +496,9 @@ def build_parser() -> argparse.ArgumentParser:
     from noetl.cli import outside_cmd
 
     outside_cmd.add_parsers(sub, nats_url)
+    from noetl.cli import rerun_cmd
+
+    rerun_cmd.add_parsers(sub, nats_url)
     from noetl.cli.analysis_cmd import add_parsers
 
     add_parsers(sub, nats_url)

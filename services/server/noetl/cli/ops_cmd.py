@@ -26,6 +26,15 @@ def _run(fn: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[[a
         async def main() -> int:
             nc = await cli_connect(args.nats_url, f"noetl-{args.command}")
             try:
+                if isinstance(getattr(args, "execution_id", None), str):
+                    from noetl.server.api.queries import resolve_execution_id
+
+                    # the short ids the console and `noetl executions` show work here too
+                    full = await resolve_execution_id(nc.jetstream(), args.execution_id)
+                    if isinstance(full, dict):
+                        print(f"noetl: {full['error']['message']}", file=sys.stderr)
+                        return 2
+                    args.execution_id = full
                 return await fn(nc, args)
             finally:
                 await nc.close()

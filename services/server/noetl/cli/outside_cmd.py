@@ -39,7 +39,9 @@ async def _signal(nc: Any, args: argparse.Namespace) -> int:
 
     _check_id(args.execution_id)
     data = _json_arg(args.data, "--data")
-    return _answer(await signal(nc.jetstream(), args.execution_id, args.name, data, args.request_id))
+    return _answer(
+        await signal(nc.jetstream(), args.execution_id, args.name, data, args.request_id, force=args.force)
+    )
 
 
 async def _pause(nc: Any, args: argparse.Namespace) -> int:
@@ -104,6 +106,9 @@ def add_parsers(sub: Any, nats_url_default: str) -> None:
     p.add_argument("name", help="the signal's name, as in the step's lifecycle.await.signal")
     p.add_argument("--data", help="the signal's data as JSON; the step sees it as args.signal")
     p.add_argument("--request-id", help="an id of your own: sending it again sends the signal once")
+    p.add_argument(
+        "--force", action="store_true", help="send it even though no step waits for or awaits that name"
+    )
 
     p = parser("pause", "schedule nothing new in an execution until it is resumed", _pause)
     p.add_argument("execution_id")

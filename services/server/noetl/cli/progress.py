@@ -76,6 +76,7 @@ class Progress:
         self._last_draw = float("-inf")
         self._status = ""  # the status line on screen now ("" when none)
         self._closed = False
+        self.nats_url: str | None = None  # where `noetl signal` reaches the execution (noetl run)
         glyphs = "\u2713\u2717\u2588\u2591"
         try:
             glyphs.encode(getattr(stream, "encoding", None) or "ascii")
@@ -112,6 +113,8 @@ class Progress:
             }
             for line in output_lines(entry):
                 self._print(self._color("2", line) if self.live else line)
+        if name == "step.waiting":
+            self._print(self.waiting_line(ev))
         if not self.live or run is None:
             self.tick()
             return
@@ -125,6 +128,19 @@ class Progress:
         elif name in ("step.done", "loop.done", "step.failed"):
             self._ended(run)
         self.tick()
+
+    def waiting_line(self, ev: dict[str, Any]) -> str:
+        """What a step waits for and the command that sends it (issue 31): without it a run of an
+        approval showed only a step that never ended."""
+        p = (_d if isinstance(_d := ev.get("payload"), dict) else {})
+        sig = str(p.get("signal") or "?")
+        limit = f" (signal_timeout after {p['timeout_s']} s)" if p.get("timeout_s") else ""
+        url = f" --nats-url {self.nats_url}" if self.nats_url else ""
+        data = " --data '{\"approved\": true}'"
+        return (
+            f"{self._color('35', '…')} {ev.get('entity_id')} waits for signal {sig}{limit}; send it with: "
+            f"noetl signal {ev.get('execution_id')} {sig}{data}{url}"
+        )
 
     def _ended(self, run: StepRun) -> None:
         took = _elapsed(self.clock() - self._started.get(run.run_id, self._t0)).strip()
@@ -206,7 +222,9 @@ async def _follow(nc: Any, execution_id: str, progress: Progress, finished: asyn
     subjects = (
         [s.execution_events_filter(execution_id)]
         if progress.live
-        else [s.execution_event_filter(execution_id, n) for n in ("step.scheduled", "task.done")]
+        else [
+            s.execution_event_filter(execution_id, n) for n in ("step.scheduled", "task.done", "step.waiting")
+        ]
     )
     reader = await bus.reader(s.EVENTS_STREAM, subjects)
     try:

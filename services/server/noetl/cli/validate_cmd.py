@@ -22,7 +22,14 @@ def _problems_of(file: str) -> list[Problem]:
     text, problem = read_text(file)
     if problem is not None or text is None:
         return [problem] if problem else []
-    return validate_text(text, file)
+    problems = validate_text(text, file)
+    if problems:
+        from noetl.dsl.migrate import upstream_hint
+
+        hint = upstream_hint(text, file)  # one line instead of one error per upstream construct
+        if hint is not None:
+            return [hint]
+    return problems
 
 
 def cmd_validate(files: list[str], as_json: bool = False) -> int:

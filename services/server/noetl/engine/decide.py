@@ -12,19 +12,22 @@ itself, plus ``playbook.execution.requested``; the engine's own outputs are neve
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from noetl.dsl.cache import parse_playbook, template_engine
 from noetl.dsl.errors import (
     EventBytesLimitError,
     ExecutionCancelledError,
     KeychainKindMismatchError,
     KeychainUnresolvedError,
+    RerunRefusedError,
 )
 from noetl.dsl.specmerge import deep_merge
 from noetl.engine import loops, outside, routing
 from noetl.engine.emitter import Decision, Emitter
 from noetl.engine.endings import ending
 from noetl.engine.limits import DEFAULT_MAX_EVENT_BYTES, by_reference, execution_limit, size
-from noetl.engine.state import ExecutionState
+from noetl.engine.state import EventView, ExecutionState
 from noetl.events import vocabulary
 from noetl.events.envelope import Event, trace_of
 
@@ -174,7 +177,46 @@ def _on_requested(state: ExecutionState, event: Event, em: Emitter) -> None:
         {"workload_keys": sorted(state.workload)},
     )
     outside.on_started(state, em)
+    fork = p.get("fork")
+    if isinstance(fork, dict):
+        _on_forked(state, fork, em)
+        return
     routing.arrive(state, "start", {}, None, em)
+
+
+def _on_forked(state: ExecutionState, fork: dict[str, Any], em: Emitter) -> None:
+    """A rerun (issue 31): the tokens start where the original's chosen runs started, with the
+    ctx, ``args`` and arc event the original had there (``engine.fork`` computed them from its
+    log), instead of at ``start``; what ran before that point is not run again."""
+    runs = [r for r in fork.get("runs") or () if isinstance(r, dict)]
+    names = {s.name for s in state.playbook.workflow}
+    missing = [str(r.get("step")) for r in runs if r.get("step") not in names]
+    em.event(
+        "execution.forked",
+        "workflow",
+        state.execution_id,
+        "in_progress",
+        {
+            "from_execution_id": fork.get("from_execution_id"),
+            "from_steps": [r.get("step") for r in runs],
+            "from_runs": [r.get("run_id") for r in runs],
+            "kept": list(fork.get("kept") or []),
+            "not_kept": list(fork.get("not_kept") or []),
+        },
+    )
+    if missing or not runs:
+        err = RerunRefusedError(
+            f"the rerun starts at {', '.join(missing) or 'no step'}, which this playbook does not have: "
+            "rerun from a step it has (noetl rerun ID --from STEP)"
+        ).to_dict()
+        state.failed, state.error = True, err
+        return
+    if isinstance(fork.get("ctx"), dict):
+        state.ctx = fork["ctx"]
+    for r in runs:
+        args = a if isinstance(a := r.get("args"), dict) else {}
+        trigger = cast("EventView | None", t if isinstance(t := r.get("trigger"), dict) else None)
+        routing.arrive(state, str(r["step"]), args, trigger, em)
 
 
 def _maybe_finish(state: ExecutionState, em: Emitter) -> None:

@@ -39,6 +39,7 @@ def arrive(
         step=step_name,
         seq=state.run_counter,
         args=args,
+        trigger=trigger,  # kept while it runs: a rerun that forks here hands it on (engine.fork)
     )
     state.runs[run.run_id] = run
     state.pending += 1
@@ -59,7 +60,7 @@ def arrive(
         server_step_failed(state, run, e, em)
         return
     if not allowed:
-        run.status = "skipped"
+        run.status, run.trigger = "skipped", None
         state.pending -= 1
         em.event("step.skipped", "step", step_name, "skipped", {"args": args}, run)
         return
@@ -112,6 +113,7 @@ def on_terminal(
     """A step run ended: record it, fire its arcs (SEMANTICS §8) or note a leaf or a failure."""
     failed = name == "step.failed"
     run.status = "failed" if failed else "done"
+    run.trigger = None  # only a run that still runs may be forked from with it
     outside.disarm(run, em)
     run.result = payload.get("result")
     run.error = payload.get("error")

@@ -133,13 +133,15 @@ class RequestHandler:
             source="server",
             name="playbook.execution.requested",
             entity_type="playbook",
-            entity_id=playbook.metadata.path or playbook.metadata.name,
+            # a catalog playbook without metadata.path is registered under its name: keep the
+            # path it was requested by, so lists and the console link it to its catalog entry
+            entity_id=playbook.metadata.path or origin or playbook.metadata.name,
             status="in_progress",
             payload={
                 "playbook": text,
                 "file": file,
                 "digest": digest,
-                "path": playbook.metadata.path,
+                "path": playbook.metadata.path or origin,
                 "version": playbook.metadata.version,
                 "payload": req.get("payload") or {},
                 "keychain_missing": missing,
@@ -148,6 +150,7 @@ class RequestHandler:
                 "request_id": request_id,
                 **({"schedule": req["schedule"]} if req.get("schedule") else {}),
                 **({"parent_iter": req["parent_iter"]} if req.get("parent_iter") is not None else {}),
+                **({"fork": req["fork"]} if req.get("fork") is not None else {}),
             },
             parent_execution_id=req.get("parent_execution_id"),
             trace_id=req.get("trace_id") or execution_id,
@@ -309,6 +312,7 @@ class RequestHandler:
             "parent_iter",
             "trace_id",
             "schedule",
+            "fork",
         }
         if unknown:
             raise RequestInvalidError(f"unknown request fields: {', '.join(sorted(unknown))}")
@@ -320,6 +324,17 @@ class RequestHandler:
             raise RequestInvalidError(
                 "request `parent_iter` must be a JSON object: the calling loop iteration's `iter` "
                 "(the `playbook` tool sets it; leave it out otherwise)"
+            )
+        fork = req.get("fork")
+        if fork is not None and (
+            not isinstance(fork, dict)
+            or execution_id_problem(fork.get("from_execution_id"))
+            or not isinstance(fork.get("runs"), list)
+        ):
+            # written by a rerun (noetl.server.rerun), never by hand
+            raise RequestInvalidError(
+                "request `fork` must be {from_execution_id, runs, ctx} as `noetl rerun` writes it: "
+                "use noetl rerun ID or POST /api/executions/{id}/rerun"
             )
         for key, problem in (
             ("request_id", request_id_problem),

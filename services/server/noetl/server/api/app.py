@@ -11,6 +11,7 @@ from noetl.server.api.context import ApiContext
 
 
 def build_app(ctx: ApiContext) -> Starlette:
+    from noetl.server.console.more_pages import routes as more_console_routes
     from noetl.server.console.pages import routes as console_routes  # it imports the API modules
 
     app = Starlette(
@@ -21,6 +22,7 @@ def build_app(ctx: ApiContext) -> Starlette:
             *credentials.routes,
             *ops.routes,
             *console_routes,
+            *more_console_routes,
         ],
         middleware=[
             Middleware(BearerAuth, token=ctx.token, admin_token=ctx.admin_token, metrics=ctx.metrics)

@@ -203,6 +203,189 @@ async def cancel_execution(request: Request) -> Response:
     return JSONResponse(out, status_code=202)
 
 
+async def rerun_execution(request: Request) -> Response:
+    """
+    ---
+    summary: Rerun an execution from a step (a fork of its log)
+    description: A new execution linked to this one (its execution.forked event) that takes the
+      original's ctx and step results up to the chosen step and continues from there, with the
+      payload merged over the original's and optionally another playbook. Without `from` it
+      continues from the steps that failed. The answer says what is kept and what is not;
+      `dry_run` answers that without starting anything.
+    requestBody:
+      content:
+        application/json:
+          schema:
+            type: object
+            properties:
+              from: {type: string, description: the step to continue from}
+              payload: {type: object, description: merged over the original request's payload}
+              playbook: {type: string, description: a new playbook's YAML text}
+              version: {type: string, description: another catalog version of the original's path}
+              request_id: {type: string}
+              dry_run: {type: boolean}
+    responses:
+      202: {description: "{execution_id, from_execution_id, from_steps, kept, not_kept}"}
+      200: {description: "dry_run: the same without execution_id"}
+      400: {description: "request invalid: {error}"}
+      404: {description: no such execution}
+      409: {description: "rerun_refused: {error} saying why and what to do"}
+    """
+    from noetl.server.rerun import prepare_rerun
+
+    eid, bad = _id_or_error(request)
+    if bad:
+        return bad
+    try:
+        body = await json_body(request)
+    except ValueError as e:
+        return body_error(e)
+    body = body if isinstance(body, dict) else {}
+    payload, playbook, version = body.get("payload"), body.get("playbook"), body.get("version")
+    if payload is not None and not isinstance(payload, dict):
+        return error(400, RequestInvalidError, "`payload` must be a JSON object (merged over the original's)")
+    if playbook is not None and not isinstance(playbook, str):
+        return error(400, RequestInvalidError, "`playbook` must be the playbook's YAML text")
+    if playbook is not None and version is not None:
+        return error(400, RequestInvalidError, "give `playbook` or `version`, not both")
+    ctx = ctx_of(request)
+    got = await prepare_rerun(
+        ctx.bus,
+        ctx.catalog,
+        eid,
+        from_step=str(body["from"]) if body.get("from") else None,
+        payload=payload,
+        playbook=playbook,
+        version=str(version) if version is not None else None,
+        request_id=str(body["request_id"]) if body.get("request_id") else None,
+    )
+    if isinstance(got, dict):
+        return JSONResponse(got, status_code=404 if got["error"]["kind"] == "not_found" else 409)
+    out = got.to_dict()
+    if body.get("dry_run"):
+        return JSONResponse(out)
+    reply = await ctx.requests.handle(json.dumps(got.request).encode(), got.request["request_id"])
+    if reply.get("error"):
+        return JSONResponse({**out, **reply}, status_code=request_status_code(reply))
+    return JSONResponse({**out, **reply}, status_code=202)
+
+
+async def get_execution_iterations(request: Request) -> Response:
+    """
+    ---
+    summary: One page of a loop step's iterations
+    description: Index, status (done, failed, stopped, running), attempts, task runs, duration
+      and error of each iteration of a loop step run, in index order, with the counts per status.
+      Without `run` the step's last run is shown.
+    parameters:
+      - {name: step, in: query, required: true, schema: {type: string}}
+      - {name: run, in: query, description: a step_run_id of the step, schema: {type: string}}
+      - {name: status, in: query, schema: {type: string, enum: [done, failed, stopped, running]}}
+      - {name: offset, in: query, schema: {type: integer, default: 0}}
+      - {name: limit, in: query, schema: {type: integer, default: 50, maximum: 1000}}
+    responses:
+      200: {description: "{step, step_run_id, total, counts, matching, offset, limit, next_offset,
+        iterations: [{index, status, attempts, tasks, started, ended, duration_ms, error, worker}]}"}
+      400: {description: bad query}
+      404: {description: no such execution, or no loop run of that step}
+    """
+    from noetl.client.iterations import STATUSES, iteration_page, loop_runs
+
+    eid, bad = _id_or_error(request)
+    if bad:
+        return bad
+    q = request.query_params
+    step, status = q.get("step") or "", q.get("status") or None
+    if not step:
+        return error(400, RequestInvalidError, "give ?step=NAME: the loop step whose iterations to list")
+    if status is not None and status not in STATUSES:
+        return error(400, RequestInvalidError, f"status is one of {', '.join(STATUSES)}")
+    try:
+        offset, limit = int(q.get("offset", "0")), int(q.get("limit", "50"))
+    except ValueError:
+        return error(400, RequestInvalidError, "offset and limit must be integers")
+    events = [ev async for ev in follow_events(ctx_of(request).bus, eid, follow=False) if ev is not None]
+    if not events:
+        return error(404, NoSuchEntityError, f"no execution {eid}")
+    runs = [r for r in loop_runs(events).values() if r["step"] == step]
+    if q.get("run"):
+        runs = [r for r in runs if r["step_run_id"] == q["run"]]
+    if not runs:
+        return error(
+            404, NoSuchEntityError, f"step {step!r} has no loop run in execution {eid}: check the step's name"
+        )
+    out = iteration_page(runs[-1], status=status, offset=offset, limit=limit)
+    return JSONResponse({"execution_id": eid, **out})
+
+
+async def get_execution_tasks(request: Request) -> Response:
+    """
+    ---
+    summary: One page of an execution's task runs
+    description: Every task run in log order (a step's details in the console stop at 50), with
+      step, iteration index, attempt, kind, status, duration and error; `status` keeps the task
+      runs of one outcome status (ok, error, running, ...).
+    parameters:
+      - {name: step, in: query, schema: {type: string}}
+      - {name: status, in: query, schema: {type: string}}
+      - {name: offset, in: query, schema: {type: integer, default: 0}}
+      - {name: limit, in: query, schema: {type: integer, default: 100, maximum: 1000}}
+    responses:
+      200: {description: "{execution_id, total, offset, limit, next_offset, tasks: [...]}"}
+      404: {description: no event of this execution}
+    """
+    from noetl.client.iterations import task_runs
+
+    eid, bad = _id_or_error(request)
+    if bad:
+        return bad
+    q = request.query_params
+    try:
+        offset, limit = max(int(q.get("offset", "0")), 0), max(1, min(int(q.get("limit", "100")), 1000))
+    except ValueError:
+        return error(400, RequestInvalidError, "offset and limit must be integers")
+    events = [ev async for ev in follow_events(ctx_of(request).bus, eid, follow=False) if ev is not None]
+    if not events:
+        return error(404, NoSuchEntityError, f"no execution {eid}")
+    rows = task_runs(events, q.get("step") or None)
+    if q.get("status"):
+        rows = [r for r in rows if r["status"] == q["status"]]
+    page = rows[offset : offset + limit]
+    nxt = offset + limit if offset + limit < len(rows) else None
+    return JSONResponse(
+        {
+            "execution_id": eid,
+            "total": len(rows),
+            "offset": offset,
+            "limit": limit,
+            "next_offset": nxt,
+            "tasks": page,
+        }
+    )
+
+
+async def get_execution_lineage(request: Request) -> Response:
+    """
+    ---
+    summary: Parent, children, and reruns of an execution
+    description: The parent that started it (kind playbook), the executions it started, the
+      execution it was forked from by a rerun (with what was kept and what not) and its reruns.
+    responses:
+      200: {description: "{execution_id, parent_execution_id, forked_from, children, reruns}"}
+      404: {description: no event of this execution}
+    """
+    from noetl.server.lineage import lineage
+
+    eid, bad = _id_or_error(request)
+    if bad:
+        return bad
+    bus = ctx_of(request).bus
+    events = [ev async for ev in follow_events(bus, eid, follow=False) if ev is not None]
+    if not events:
+        return error(404, NoSuchEntityError, f"no execution {eid}")
+    return JSONResponse(await lineage(bus, eid, events))
+
+
 routes = [
     Route("/api/executions", create_execution, methods=["POST"]),
     Route("/api/executions", get_executions, methods=["GET"]),
@@ -210,4 +393,8 @@ routes = [
     Route("/api/executions/{execution_id}/events", get_execution_events, methods=["GET"]),
     Route("/api/executions/{execution_id}/logs", get_execution_logs, methods=["GET"]),
     Route("/api/executions/{execution_id}/cancel", cancel_execution, methods=["POST"]),
+    Route("/api/executions/{execution_id}/rerun", rerun_execution, methods=["POST"]),
+    Route("/api/executions/{execution_id}/iterations", get_execution_iterations, methods=["GET"]),
+    Route("/api/executions/{execution_id}/lineage", get_execution_lineage, methods=["GET"]),
+    Route("/api/executions/{execution_id}/tasks", get_execution_tasks, methods=["GET"]),
 ]

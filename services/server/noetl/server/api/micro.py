@@ -43,7 +43,12 @@ RESUME_SUBJECT = "noetl.api.resume"
 SCHEDULE_SUBJECT = "noetl.api.schedule.{action}"
 SCHEDULE_ACTIONS = ("add", "list", "pause", "resume", "delete")
 # what an outside-input or schedule refusal answers, by error kind (the HTTP API answers the same codes)
-OUTSIDE_CODES = {"not_found": 404, "execution_finished": 409, "request_invalid": 400}
+OUTSIDE_CODES = {
+    "not_found": 404,
+    "execution_finished": 409,
+    "request_invalid": 400,
+    "signal_not_awaited": 409,
+}
 
 
 def _semver(v: str) -> str:
@@ -143,7 +148,14 @@ class NatsApiService:
         body = json.loads(req.data)
         js = self.nc.jetstream()
         if what == "signal":
-            out = await client_signal(js, eid, body.get("signal"), body.get("data"), body.get("request_id"))
+            out = await client_signal(
+                js,
+                eid,
+                body.get("signal"),
+                body.get("data"),
+                body.get("request_id"),
+                force=body.get("force") is True,
+            )
         elif what == "pause":
             out = await client_pause(js, eid, body.get("reason"))
         else:

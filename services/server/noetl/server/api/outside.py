@@ -19,7 +19,7 @@ from noetl.dsl.errors import NoSuchEntityError, RequestInvalidError
 from noetl.server.api.context import body_error, ctx_of, error, json_body
 from noetl.server.api.queries import valid_execution_id
 
-_CODES = {"not_found": 404, "execution_finished": 409, "request_invalid": 400}
+_CODES = {"not_found": 404, "execution_finished": 409, "request_invalid": 400, "signal_not_awaited": 409}
 
 
 def _answer(out: dict[str, Any], ok: int = 202) -> JSONResponse:
@@ -70,13 +70,17 @@ async def post_signal(request: Request) -> Response:
       202: {description: "{execution_id, signal: sent, request_id}"}
       400: {description: bad signal name or body}
       404: {description: no such execution}
-      409: {description: the execution has finished}
+      409: {description: "the execution has finished, or signal_not_awaited: no step waits for or
+        awaits that name (`?force=true` sends it anyway)"}
     """
     eid, body, bad = await _target(request)
     if bad:
         return bad
     name = request.path_params["name"]
-    return _answer(await signal(ctx_of(request).bus, eid, name, body.get("data"), body.get("request_id")))
+    force = request.query_params.get("force", "").lower() in ("1", "true", "yes") or body.get("force") is True
+    return _answer(
+        await signal(ctx_of(request).bus, eid, name, body.get("data"), body.get("request_id"), force=force)
+    )
 
 
 async def post_pause(request: Request) -> Response:

@@ -20,7 +20,7 @@ from typing import Any
 from noetl.client.activity import loop_counters, task_outputs
 from noetl.client.stalls import DEFAULT_STALL_AFTER_S, assess
 from noetl.client.view import execution_output, waiting_for
-from noetl.dsl.errors import brief
+from noetl.dsl.errors import RequestInvalidError, brief, reply_error
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events
 from noetl.events.envelope import loads
@@ -60,6 +60,10 @@ def _summary_of(requested: Mapping[str, Any] | None, finished: Mapping[str, Any]
         "finished_at": (finished or {}).get("timestamp"),
         "parent_execution_id": any_ev.get("parent_execution_id"),
         "schedule": req.get("schedule"),  # the schedule whose fire started it (SEMANTICS §18)
+        # the execution a rerun forked (issue 31)
+        "rerun_of": (req.get("fork") or {}).get("from_execution_id")
+        if isinstance(req.get("fork"), dict)
+        else None,
         "error": brief(error),
     }
 
@@ -83,6 +87,40 @@ async def _waits(bus: Any, items: list[dict[str, Any]]) -> None:
         item["waiting"], item["paused"] = waits["signals"], waits["paused"]
 
     await asyncio.gather(*(one(item) for eid, item in running.items() if eid in outside))
+
+
+SHORT_ID_MIN = 4
+
+
+async def resolve_execution_id(conn: Any, given: str) -> str | dict[str, Any]:
+    """A full execution id from the start of one, as the console shows them (``9f3a1b2c3d4e…``):
+    the id itself when it is whole or matches nothing (the caller says there is no such
+    execution), the one id it starts, or ``{"error": ...}`` naming the candidates when several
+    start with it."""
+    prefix = given.strip().rstrip("…").rstrip(".")
+    if len(prefix) >= 32 or len(prefix) < SHORT_ID_MIN or not valid_execution_id(prefix):
+        return given
+    seen: dict[str, None] = {}
+    for _, ev in await _read(as_bus(conn), [REQUESTED_FILTER, FINISHED_FILTER]):
+        eid = ev.get("execution_id")
+        if isinstance(eid, str) and eid.startswith(prefix):
+            seen[eid] = None
+    if len(seen) == 1:
+        return next(iter(seen))
+    if not seen:
+        return given
+    shown = ", ".join(list(seen)[:5]) + (" …" if len(seen) > 5 else "")
+    return reply_error(
+        RequestInvalidError(
+            f"{given!r} is the start of {len(seen)} execution ids ({shown}): give more of the id"
+        )
+    )
+
+
+def _path_matches(item_path: Any, wanted: str) -> bool:
+    """The path itself, or any path under it as a prefix: `etl/` finds `etl/daily` and `etl/hourly`
+    (a person types the start of a path, as in Kestra's or Argo's search)."""
+    return isinstance(item_path, str) and item_path.startswith(wanted)
 
 
 async def list_executions(
@@ -124,7 +162,7 @@ async def list_executions(
         item = _summary_of(req_by.get(eid), fin_by.get(eid))
         if status and item["status"] != status:
             continue
-        if path and item["path"] != path:
+        if path and not _path_matches(item["path"], path):
             continue
         if len(items) == limit:
             next_cursor = first_seq[items[-1]["execution_id"]]

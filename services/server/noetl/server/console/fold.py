@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from noetl.client.iterations import STOP_KINDS
 from noetl.client.view import waiting_for
 from noetl.events.vocabulary import EventName
 
@@ -54,6 +55,8 @@ class TaskRun:
     error: dict[str, Any] | None = None
     duration_ms: float | None = None
     output: str | None = None  # what the task printed or logged (masked, capped), or where it is
+    index: int | None = None  # the loop iteration it ran in
+    child: str | None = None  # the child execution a ``kind: playbook`` task started
 
 
 @dataclass
@@ -62,6 +65,8 @@ class LoopProgress:
     mode: str | None = None
     done: set[int] = field(default_factory=set)
     failed: set[int] = field(default_factory=set)
+    # ended by a cancel, an abort or a timeout rather than failing on their own: not failures
+    stopped: set[int] = field(default_factory=set)
     final: tuple[int, int] | None = None  # (done, failed) as the server counted them at the end
 
     @property
@@ -70,12 +75,14 @@ class LoopProgress:
 
     @property
     def failed_count(self) -> int:
-        return self.final[1] if self.final else len(self.failed)
+        # the server counts a stopped iteration as failed: the console does not
+        return max(self.final[1] - len(self.stopped), 0) if self.final else len(self.failed)
 
     def text(self) -> str:
         total = "?" if self.total is None else str(self.total)
         out = f"{self.done_count}/{total} done"
-        return out + (f" · {self.failed_count} failed" if self.failed_count else "")
+        out += f" · {self.failed_count} failed" if self.failed_count else ""
+        return out + (f" · {len(self.stopped)} stopped" if self.stopped else "")
 
 
 @dataclass
@@ -141,10 +148,29 @@ class ExecutionView:
     finished: bool = False  # playbook.processed seen: nothing more will come
     # no event for a while, waiting for nothing declared (``noetl.client.stalls``); set by the page
     stalled: dict[str, Any] | None = None
+    # lineage (issue 31): the rerun's execution.forked payload; reruns and children set by the page
+    forked: dict[str, Any] | None = None
+    reruns: list[dict[str, Any]] = field(default_factory=list)
+    children: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def duration_ms(self) -> float | None:
+        """Until now while it runs (a waiting execution's time goes on), else until its end."""
+        if self.finished_at is None and self.requested_at is not None:
+            return duration_ms(self.requested_at, datetime.now(UTC).isoformat())
         return duration_ms(self.requested_at, self.finished_at or self.last_at)
+
+    @property
+    def root_cause(self) -> StepRun | None:
+        """The first failed step run when the execution's own error is a later one: a failure
+        handled by an arc that led to the failure that ended it (a ``python_error`` routed to a
+        step whose template then failed). The headline stays the error that ended it."""
+        if self.error is None:
+            return None
+        first = next((r for r in self.runs if r.status == "failed" and r.error), None)
+        if first is None or (first.error or {}).get("message") == self.error.get("message"):
+            return None
+        return first
 
     def step_runs(self, step: str) -> list[StepRun]:
         return [r for r in self.runs if r.step == step]
@@ -155,6 +181,9 @@ class ExecutionView:
         if not runs:
             return "notrun", "not run"
         statuses = {r.status for r in runs}
+        if statuses == {"skipped"} and self.finished_at is None:
+            # not admitted yet: a join waiting for its other branches, not a step that was skipped
+            return "notrun", f"not admitted yet ({len(runs)}x)"
         status = next((s for s in _PRIORITY if s in statuses), "notrun")
         loops = [r.loop for r in runs if r.loop is not None]
         if loops:
@@ -231,15 +260,18 @@ def fold(execution_id: str, events: Sequence[Mapping[str, Any]]) -> ExecutionVie
             run = _run(view, by_id, ev)
             run.loop = run.loop or LoopProgress()
             index = payload.get("index")
-            if isinstance(index, int):
-                (run.loop.done if name == "loop.iteration.done" else run.loop.failed).add(index)
+            error = (_d if isinstance(_d := payload.get("error"), dict) else {})
+            if isinstance(index, int) and name == "loop.iteration.done":
+                run.loop.done.add(index)
+            elif isinstance(index, int):
+                (run.loop.stopped if error.get("kind") in STOP_KINDS else run.loop.failed).add(index)
             run.worker = payload.get("worker") or run.worker
         elif name in _TERMINAL:
             run = _run(view, by_id, ev)
             if run.status in _OPEN:
                 run.status, run.ended = _TERMINAL[name], ev.get("timestamp")
                 run.result = payload.get("result")
-                run.error = payload.get("error") if isinstance(payload.get("error"), dict) else None
+                run.error = (_d if isinstance(_d := payload.get("error"), dict) else None)
                 run.worker = payload.get("worker") or run.worker
             if "total" in payload and ("done" in payload or "failed" in payload):
                 run.loop = run.loop or LoopProgress()
@@ -252,6 +284,7 @@ def fold(execution_id: str, events: Sequence[Mapping[str, Any]]) -> ExecutionVie
                 kind=payload.get("kind"),
                 attempt=payload.get("attempt"),
                 started=ev.get("timestamp"),
+                index=payload.get("index") if isinstance(payload.get("index"), int) else None,
             )
             tasks[str(ev.get("task_run_id"))] = task
             run.tasks.append(task)
@@ -269,11 +302,14 @@ def fold(execution_id: str, events: Sequence[Mapping[str, Any]]) -> ExecutionVie
             meta = raw if isinstance(raw := outcome.get("meta"), dict) else {}
             task.status = str(outcome.get("status") or ev.get("status") or "done")
             task.ended, task.result = ev.get("timestamp"), outcome.get("result")
-            task.error = outcome.get("error") if isinstance(outcome.get("error"), dict) else None
+            task.error = (_d if isinstance(_d := outcome.get("error"), dict) else None)
             task.attempt = task.attempt or meta.get("attempt")
             task.duration_ms = (
                 meta.get("duration_ms") if isinstance(meta.get("duration_ms"), int | float) else None
             )
+            child = (_d if isinstance(_d := outcome.get("child"), dict) else {})
+            if isinstance(child.get("execution_id"), str):
+                task.child = child["execution_id"]
             printed = payload.get("output")
             if isinstance(printed, str):
                 task.output = printed
@@ -283,6 +319,8 @@ def fold(execution_id: str, events: Sequence[Mapping[str, Any]]) -> ExecutionVie
             for fired in payload.get("fired") or []:
                 if isinstance(fired, dict) and isinstance(fired.get("arc"), int):
                     view.arcs[(str(ev.get("entity_id")), fired["arc"])] += 1
+        elif name == "execution.forked":
+            view.forked = payload
         elif name == "execution.cancel.requested":
             view.cancel_requested = str(payload.get("reason") or "cancel requested")
         elif name in ("execution.paused", "execution.resumed"):
@@ -291,7 +329,7 @@ def fold(execution_id: str, events: Sequence[Mapping[str, Any]]) -> ExecutionVie
             view.status = str(payload.get("status") or "failed")
             view.finished_at = ev.get("timestamp")
             view.result, view.ctx = payload.get("result"), payload.get("ctx")
-            view.error = payload.get("error") if isinstance(payload.get("error"), dict) else None
+            view.error = (_d if isinstance(_d := payload.get("error"), dict) else None)
         elif name == "playbook.processed":
             view.finished = True
     if view.finished_at is not None:  # runs the execution left behind (cancelled, failed) stop here

@@ -116,6 +116,24 @@ def _layers(playbook: Playbook) -> dict[str, int]:
     return depth
 
 
+LABEL_H = 13.0  # a label's line height in the drawing
+
+
+def _separate_labels(edges: list[Edge]) -> None:
+    """Move a label down, a line at a time, until it overlaps no label placed before it: two
+    arcs between the same steps (exclusive arcs with different ``when``) or a fan-out's arcs
+    meet at one midpoint, and their labels were drawn over each other."""
+    placed: list[tuple[float, float, float, float]] = []
+    for e in sorted((e for e in edges if e.label), key=lambda e: (e.ly, e.lx)):
+        half = 3.2 * len(e.label)
+        for _ in range(20):
+            box = (e.lx - half, e.ly - LABEL_H, e.lx + half, e.ly)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
+                break
+            e.ly += LABEL_H
+        placed.append((e.lx - half, e.ly - LABEL_H, e.lx + half, e.ly))
+
+
 def layout(playbook: Playbook) -> Graph:
     steps = {s.name: s for s in playbook.workflow}
     depth = _layers(playbook)
@@ -195,6 +213,7 @@ def layout(playbook: Playbook) -> Graph:
                 right = max(right, xm + 6.0 * len(edge.label) / 2 + 8)
             edge.inclusive = inclusive
             g.edges.append(edge)
+    _separate_labels(g.edges)
     for e in g.edges:  # labels centred on their point; room for the widest on the right
         right = max(right, e.lx + 3.2 * len(e.label) + 8)
     first = nodes.get("start") or (g.nodes[0] if g.nodes else None)

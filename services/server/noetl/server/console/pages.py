@@ -36,12 +36,13 @@ from noetl.events.bus import read_execution_events
 from noetl.events.envelope import Event
 from noetl.events.runtime import list_runtime
 from noetl.server.api.auth import SESSION_COOKIE, session_value
-from noetl.server.api.context import ctx_of, read_body
+from noetl.server.api.context import auth_of, ctx_of, read_body
 from noetl.server.api.follow import follow_events
 from noetl.server.api.queries import list_executions, stall_of, valid_execution_id
 from noetl.server.console.fold import ExecutionView, duration_ms, fold
 from noetl.server.console.graph import Graph, layout
 from noetl.server.console.render import STATIC, page, render
+from noetl.server.lineage import children_of, reruns_of
 
 STATUSES = ("running", "success", "failed", "cancelled")
 PAGE_SIZE = 50
@@ -94,6 +95,22 @@ async def _signal(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str
     return await _outside(await request_signal(bus, execution_id, name, data, form.get("request_id") or None))
 
 
+async def _answer(bus: Any, execution_id: str, form: dict[str, str], approved: bool) -> dict[str, Any] | None:
+    """Approve / Reject: the signal the step waits for, with ``{"approved": ..., "by": ...}``;
+    ``by`` is who is signed in (the page sets it, never the form)."""
+    name = (form.get("signal") or "").strip()
+    data = {"approved": approved, "by": form.get("_by") or "anonymous"}
+    return await _outside(await request_signal(bus, execution_id, name, data, form.get("request_id") or None))
+
+
+async def _approve(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
+    return await _answer(bus, execution_id, form, True)
+
+
+async def _reject(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
+    return await _answer(bus, execution_id, form, False)
+
+
 ACTIONS: dict[str, Action] = {
     "pause": Action(
         "pause", "Pause", frozenset({"running"}), "Pause: schedule nothing new until resumed?", _pause
@@ -103,9 +120,12 @@ ACTIONS: dict[str, Action] = {
     "signal": Action(
         "signal", "Send signal", frozenset({"running"}), "Send this signal?", _signal, ("signal", "data")
     ),
+    "approve": Action("approve", "Approve", frozenset({"running"}), "Approve?", _approve, ("signal",)),
+    "reject": Action("reject", "Reject", frozenset({"running"}), "Reject?", _reject, ("signal",)),
 }
+_WAIT_ACTIONS = ("signal", "approve", "reject")  # shown only while a step run waits for a signal
 # what the page says when an action is refused, by error kind (as the API answers)
-_REFUSED = {"request_invalid": 400, "execution_finished": 409}
+_REFUSED = {"request_invalid": 400, "execution_finished": 409, "signal_not_awaited": 409}
 
 
 def actions_for(view: ExecutionView) -> list[Action]:
@@ -115,7 +135,8 @@ def actions_for(view: ExecutionView) -> list[Action]:
         a
         for a in ACTIONS.values()
         if view.status in a.shown_when
-        and not (a.name in ("cancel", "signal") and view.cancel_requested)
+        and not (a.name in ("cancel", *_WAIT_ACTIONS) and view.cancel_requested)
+        and not (a.name in _WAIT_ACTIONS and not view.waiting)
         and not (a.name == "pause" and (view.paused or view.cancel_requested))
         and not (a.name == "resume" and not view.paused)
     ]
@@ -226,6 +247,7 @@ async def executions_page(request: Request) -> Response:
         {**e, "duration_ms": duration_ms(e.get("requested_at"), e.get("finished_at") or now)}
         for e in out["executions"]
     ]
+    rows = group_children(rows)
     filters = {k: v for k, v in (("status", status), ("path", path)) if v}
     older = "?" + urlencode({**filters, "before": out["next_cursor"]}) if out["next_cursor"] else None
     newest = "?" + urlencode(filters) if before is not None else None
@@ -240,6 +262,30 @@ async def executions_page(request: Request) -> Response:
         newest=newest,
         nav="executions",
     )
+
+
+def group_children(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each child execution right under its parent when the parent is on the page (``child``
+    set, so the list can indent it); a child whose parent is not is labelled where it stands."""
+    on_page = {r["execution_id"] for r in rows}
+    kids: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        parent = r.get("parent_execution_id")
+        if parent and parent in on_page and parent != r["execution_id"]:
+            kids.setdefault(parent, []).append(r)
+    placed = {k["execution_id"] for v in kids.values() for k in v}
+    out: list[dict[str, Any]] = []
+
+    def add(r: dict[str, Any], depth: int) -> None:
+        out.append({**r, "depth": depth, "child": bool(r.get("parent_execution_id"))})
+        for k in reversed(kids.get(r["execution_id"], [])):  # oldest child first
+            if depth < 8:
+                add(k, depth + 1)
+
+    for r in rows:
+        if r["execution_id"] not in placed:
+            add(r, 0)
+    return out
 
 
 async def _graph_for(ctx: Any, events: Sequence[Mapping[str, Any]]) -> Graph | None:
@@ -276,6 +322,9 @@ def _node_states(view: ExecutionView) -> dict[str, dict[str, str]]:
     for step in dict.fromkeys(r.step for r in view.runs):
         status, detail = view.step_state(step)
         out[step] = {"status": status, "detail": detail}
+    for step in (view.forked or {}).get("kept") or []:  # a rerun: done in the original, not run again
+        if isinstance(step, str) and step not in out:
+            out[step] = {"status": "kept", "detail": "kept from the original"}
     return out
 
 
@@ -288,7 +337,12 @@ async def _read_view(request: Request) -> tuple[ExecutionView, list[Event]] | Re
     if not events:
         return page(request, "missing.html", 404, what=f"execution {eid}")
     view = fold(eid, events)
-    view.stalled = await stall_of(ctx_of(request).bus, events, waiting=bool(view.waiting), paused=view.paused)
+    bus = ctx_of(request).bus
+    view.stalled = await stall_of(bus, events, waiting=bool(view.waiting), paused=view.paused)
+    if any(t.kind == "playbook" for r in view.runs for t in r.tasks):  # it may have started children
+        view.children = await children_of(bus, eid)
+    if view.finished_at is not None:  # reruns fork finished executions only
+        view.reruns = await reruns_of(bus, eid)
     return view, events
 
 
@@ -375,6 +429,7 @@ async def execution_action(request: Request) -> Response:
     if action is None or not valid_execution_id(eid):
         return page(request, "missing.html", 404, what=f"action {name}")
     form = await form_data(request) if action.fields else {}
+    form["_by"] = auth_of(request).get("who") or "anonymous"  # who answers an approval: never typed
     out = await action.run(ctx_of(request).bus, eid, form)
     if out is None:
         return page(request, "missing.html", 404, what=f"execution {eid}")
@@ -430,6 +485,8 @@ async def playbook_page(
         text=text,
         graph=graph,
         workload=workload,
+        fields=workload_fields(workload if isinstance(workload, dict) else {}),
+        typed={k[2:]: v for k, v in (form or {}).items() if k.startswith("w:")},
         description=description,
         recent=recent,
         error=error,
@@ -439,10 +496,58 @@ async def playbook_page(
     )
 
 
+def workload_fields(workload: dict[str, Any]) -> list[dict[str, Any]]:
+    """The start form's typed fields (issue 31): one per top-level workload key, typed from its
+    default (a number, a yes/no, a text; a list or mapping as JSON), the raw JSON payload staying
+    the fallback for anything else."""
+    out = []
+    for key, value in workload.items():
+        if isinstance(value, bool):
+            kind, text = "bool", "true" if value else "false"
+        elif isinstance(value, int):
+            kind, text = "int", str(value)
+        elif isinstance(value, float):
+            kind, text = "float", repr(value)
+        elif isinstance(value, str):
+            kind, text = "str", value
+        else:
+            kind, text = "json", json.dumps(value)
+        out.append({"key": str(key), "kind": kind, "value": text})
+    return out
+
+
+def _typed_payload(form: dict[str, str]) -> dict[str, Any]:
+    """The typed fields' values (``w:KEY`` with its type in ``t:KEY``); ValueError names a field
+    whose text is not of its type."""
+    out: dict[str, Any] = {}
+    for name, text in form.items():
+        if not name.startswith("w:"):
+            continue
+        key, kind = name[2:], form.get("t:" + name[2:], "str")
+        try:
+            if kind == "int":
+                out[key] = int(text)
+            elif kind == "float":
+                out[key] = float(text)
+            elif kind == "bool":
+                out[key] = text == "true"
+            elif kind == "json":
+                out[key] = json.loads(text)
+            else:
+                out[key] = text
+        except ValueError:
+            raise ValueError(f"field {key!r} needs a {kind} value, not {text!r}") from None
+    return out
+
+
 async def start_execution(request: Request) -> Response:
     if not same_origin(request):
         return _forbidden()
     form = await form_data(request)
+    try:
+        typed = _typed_payload(form)
+    except ValueError as e:
+        return await playbook_page(request, error=str(e), form=form, status_code=400)
     try:
         payload = json.loads(form.get("payload") or "{}")
     except ValueError as e:
@@ -451,6 +556,7 @@ async def start_execution(request: Request) -> Response:
         return await playbook_page(
             request, error="the payload must be a JSON object", form=form, status_code=400
         )
+    payload = {**typed, **payload}  # the raw JSON is the fallback: what it names wins
     body: dict[str, Any] = {"path": form.get("path", ""), "payload": payload}
     if form.get("version"):
         body["version"] = form["version"]

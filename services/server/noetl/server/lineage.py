@@ -1,0 +1,84 @@
+"""Where an execution comes from and what came of it (issue 31): its parent and children
+(``kind: playbook``, SEMANTICS §13) and the reruns forked from it (``execution.forked``).
+
+Both directions are read from the event log alone: a child's request event names its parent, a
+rerun's ``execution.forked`` names its original, so the links hold on every replica and for
+executions that were already finished when the link was made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from noetl.events import subjects as s
+from noetl.events.envelope import loads
+from noetl.events.nats_port import as_bus
+
+REQUESTED = s.events_named("playbook.execution.requested")
+FINISHED = s.events_named("workflow.finished")
+FORKED = s.events_named("execution.forked")
+
+
+async def reruns_of(conn: Any, execution_id: str) -> list[dict[str, Any]]:
+    """The executions forked from ``execution_id``, oldest first."""
+    out = []
+    for m in await as_bus(conn).read(s.EVENTS_STREAM, [FORKED]):
+        ev = loads(m.data)
+        p = ev.get("payload") or {}
+        if p.get("from_execution_id") == execution_id:
+            out.append(
+                {
+                    "execution_id": ev.get("execution_id"),
+                    "from_steps": p.get("from_steps") or [],
+                    "requested_at": ev.get("timestamp"),
+                }
+            )
+    return out
+
+
+async def children_of(conn: Any, execution_id: str) -> list[dict[str, Any]]:
+    """The child executions ``execution_id`` started, in the order they were requested, with
+    their status (``running`` until their ``workflow.finished``)."""
+    bus = as_bus(conn)
+    out: dict[str, dict[str, Any]] = {}
+    for m in await bus.read(s.EVENTS_STREAM, [REQUESTED]):
+        ev = loads(m.data)
+        if ev.get("parent_execution_id") != execution_id or ev.get("execution_id") in out:
+            continue
+        p = ev.get("payload") or {}
+        out[str(ev.get("execution_id"))] = {
+            "execution_id": ev.get("execution_id"),
+            "path": p.get("path"),
+            "playbook": ev.get("entity_id"),
+            "requested_at": ev.get("timestamp"),
+            "status": "running",
+            "iter_index": (p.get("parent_iter") or {}).get("index")
+            if isinstance(p.get("parent_iter"), dict)
+            else None,
+        }
+    if out:
+        for m in await bus.read(s.EVENTS_STREAM, [FINISHED]):
+            ev = loads(m.data)
+            child = out.get(str(ev.get("execution_id")))
+            if child is not None:
+                child["status"] = (ev.get("payload") or {}).get("status") or "failed"
+    return list(out.values())
+
+
+async def lineage(conn: Any, execution_id: str, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{parent_execution_id, forked_from, children, reruns}`` of an execution whose events are
+    ``events``."""
+    requested = next((e for e in events if e.get("name") == "playbook.execution.requested"), {})
+    forked = next((e for e in events if e.get("name") == "execution.forked"), None)
+    fp = (forked or {}).get("payload") or {}
+    return {
+        "execution_id": execution_id,
+        "parent_execution_id": requested.get("parent_execution_id"),
+        "forked_from": (
+            {k: fp.get(k) for k in ("from_execution_id", "from_steps", "kept", "not_kept")}
+            if forked
+            else None
+        ),
+        "children": await children_of(conn, execution_id),
+        "reruns": await reruns_of(conn, execution_id),
+    }
