@@ -19,7 +19,10 @@ from bench import report
 from bench.config import FULL, QUICK
 from bench.record import Recorder
 
-SCENARIOS = ["floor", "chain", "loop", "fanout", "startup", "one_step", "shapes", "ha", "peers", "million"]
+SCENARIOS = [
+    *["floor", "chain", "loop", "fanout", "startup", "one_step", "shapes", "io_loops", "ha", "peers"],
+    "million",
+]
 ON_REQUEST = {"million"}  # long: only when named with --scenario
 
 

@@ -26,6 +26,8 @@ class Sizes:
     shapes_conc: int = 50
     shapes_conc_steps: int = 20
     shapes_burst: int = 200
+    io_http: int = 5_000  # bench.io_loops: GETs of a local HTTP server
+    io_pg: int = 5_000  # bench.io_loops: single-row INSERTs
     million: int = 1_000_000  # bench.million: memory and event bytes of a huge loop
     peer_chain: int = 50
     peer_loop: int = 500
@@ -52,6 +54,8 @@ QUICK = Sizes(
     shapes_conc=10,
     shapes_conc_steps=5,
     shapes_burst=20,
+    io_http=500,
+    io_pg=500,
     million=20_000,
     peer_chain=20,
     peer_loop=100,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import playbooks
+from bench import io_loops, playbooks
 from bench.__main__ import SCENARIOS
 from bench.record import Recorder, percentile
 from noetl.dsl import validate_text
@@ -36,6 +36,8 @@ def test_bench_module_imports(name: str) -> None:
         playbooks.one_step(),
         playbooks.tiny_loop(10, exec_="local"),
         playbooks.tiny_loop(10, exec_="distributed", max_in_flight=50),
+        io_loops.http_loop(10, "http://127.0.0.1:1/", "local"),
+        io_loops.pg_loop(10, "distributed"),
     ],
 )
 def test_generated_playbooks_validate(text: str) -> None:
