@@ -1,6 +1,7 @@
 # The noetl image: one image for the server and the workers (deploy/helm/noetl runs both).
-#   docker build -t noetl-jetstream:0.1.0 .
-#   docker run --rm noetl-jetstream:0.1.0 --help
+#   docker build -t noetl-jetstream:0.2.0 .
+#   docker build --build-arg EXTRAS=nkeys -t noetl-jetstream-slim:0.2.0 .   # no DuckDB, no asyncpg
+#   docker run --rm noetl-jetstream:0.2.0 --help
 FROM python:3.11-slim
 
 ENV PYTHONUNBUFFERED=1 \
@@ -13,7 +14,9 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY libs ./libs
 COPY services ./services
-RUN pip install . && rm -rf /src
+# The extras the image carries: postgres (asyncpg), duckdb, nkeys (.creds auth), otlp (traces).
+ARG EXTRAS=all
+RUN pip install ".[${EXTRAS}]" && rm -rf /src
 
 # A fixed numeric uid, so Kubernetes can verify runAsNonRoot (the chart runs it as 10001).
 RUN groupadd --system --gid 10001 noetl \
@@ -21,7 +24,8 @@ RUN groupadd --system --gid 10001 noetl \
 USER 10001:10001
 WORKDIR /home/noetl
 
-# The server's HTTP API (--http-port): /health, /ready, /metrics.
-EXPOSE 8080
+# The server's HTTP API (--http-port): /health, /ready, /metrics; a worker's probes and /metrics
+# (noetl worker --http-port 9090, as the chart runs it).
+EXPOSE 8080 9090
 ENTRYPOINT ["noetl"]
 CMD ["server"]

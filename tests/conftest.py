@@ -46,3 +46,19 @@ async def nc(nats_server: NatsServer) -> AsyncIterator[object]:
 @pytest.fixture(scope="session")
 def pg_dsn() -> str:
     return PG_DSN
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """A CLI command run in-process (``main([...])``) configures the root logger with a handler on
+    the stderr pytest captures for that test, closed once the test ends: later records through it
+    would print "Logging error" tracebacks into other tests' output. Put the root logger back."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)

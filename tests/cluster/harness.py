@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -108,6 +109,128 @@ def _wait_state(pid: int, *, stopped: bool, timeout: float = 5.0) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# a partition: a TCP proxy between the nodes' routes
+
+
+@dataclass(eq=False)
+class _Link:
+    dst: str
+    src: str | None
+    writers: tuple[asyncio.StreamWriter, ...]
+
+    def abort(self) -> None:
+        for w in self.writers:
+            with contextlib.suppress(Exception):
+                w.transport.abort()
+
+
+class RouteProxy:
+    """One listening port per node, forwarding to that node's route port, on a private event
+    loop in a thread (the test's own loop may be busy or blocked). The dialing node names itself
+    in its first protocol line (``CONNECT {"name": <server id>, ...}``), so each link is known by
+    both its ends and ``cut`` can drop exactly the links of the nodes it isolates, in both
+    directions, and refuse new ones until the cut is lifted. Links are reset, not black-holed:
+    a TCP stream cannot lose bytes in the middle, and a reset is what a peer sees soon after a
+    real cut anyway (NATS route pings).
+    """
+
+    def __init__(self, ports: dict[str, tuple[int, int]], server_ids: Callable[[], dict[str, str]]) -> None:
+        self.ports = ports  # node -> (proxy port, real route port)
+        self._server_ids = server_ids
+        self._ids: dict[str, str] = {}
+        self._cut: set[str] = set()
+        self._links: set[_Link] = set()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="route-proxy")
+        self._servers: list[asyncio.Server] = []
+        self.refused = 0  # links refused or cut (for the notes)
+
+    def start(self) -> None:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(10)
+
+    async def _listen(self) -> None:
+        for name, (port, _) in self.ports.items():
+            server = await asyncio.start_server(functools.partial(self._serve, name), "127.0.0.1", port)
+            self._servers.append(server)
+
+    async def _name_of(self, line: bytes) -> str | None:
+        if not line.startswith(b"CONNECT "):
+            return None
+        try:
+            server_id = str(json.loads(line[8:].strip()).get("name"))
+        except ValueError:
+            return None
+        if server_id not in self._ids:
+            self._ids = await asyncio.to_thread(self._server_ids)
+        return self._ids.get(server_id)
+
+    async def _serve(self, dst: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        link = _Link(dst, None, (writer,))
+        if dst in self._cut:
+            self.refused += 1
+            link.abort()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.ports[dst][1])
+        except OSError:
+            link.abort()
+            return
+        link.writers = (writer, up_writer)
+        self._links.add(link)
+        down = asyncio.create_task(self._pump(up_reader, writer))
+        try:
+            line = await asyncio.wait_for(reader.readuntil(b"\r\n"), 30)
+            link.src = await self._name_of(line)
+            if dst in self._cut or link.src in self._cut:
+                self.refused += 1
+                return
+            up_writer.write(line)
+            await self._pump(reader, up_writer)
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            pass
+        finally:
+            self._links.discard(link)
+            link.abort()
+            down.cancel()
+
+    @staticmethod
+    async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, ConnectionError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        with contextlib.suppress(Exception):
+            writer.transport.abort()
+
+    def cut(self, names: set[str]) -> None:
+        """Isolate ``names`` (reset their links, refuse new ones); ``set()`` heals every cut."""
+
+        async def apply() -> None:
+            self._cut = set(names)
+            for link in list(self._links):
+                if link.dst in names or link.src in names:
+                    self.refused += 1
+                    link.abort()
+
+        asyncio.run_coroutine_threadsafe(apply(), self._loop).result(10)
+
+    def close(self) -> None:
+        async def shut() -> None:
+            for s in self._servers:
+                s.close()
+            for link in list(self._links):
+                link.abort()
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(shut(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        with contextlib.suppress(Exception):
+            self._loop.close()
+
+
+# ---------------------------------------------------------------------------------------------
 # the NATS cluster
 
 
@@ -122,6 +245,7 @@ class Node:
     log: Path
     proc: subprocess.Popen[bytes] | None = None
     paused: bool = False
+    proxy_port: int | None = None  # where the other nodes reach this node's routes (proxied)
 
     @property
     def url(self) -> str:
@@ -134,16 +258,23 @@ class Node:
 
 class NatsCluster:
     """Three JetStream nodes on loopback. ``start()`` returns when every node answers /healthz,
-    the cluster has a meta leader, and a client can create an R3 stream."""
+    the cluster has a meta leader, and a client can create an R3 stream.
 
-    def __init__(self, names: Iterable[str] = NODE_NAMES, base_dir: str | None = None) -> None:
+    With ``proxied_routes`` every route between nodes goes through a ``RouteProxy`` the test owns,
+    so ``partition(name)`` can cut one node off its peers (and ``heal()`` join it again) while its
+    clients stay connected to it: a network partition without root or namespaces."""
+
+    def __init__(
+        self, names: Iterable[str] = NODE_NAMES, base_dir: str | None = None, *, proxied_routes: bool = False
+    ) -> None:
         self.names = list(names)
         self._own_dir = base_dir is None
         self.base = Path(base_dir or tempfile.mkdtemp(prefix="noetl-cluster-"))
-        ports = free_ports(3 * len(self.names))
+        ports = free_ports(4 * len(self.names))
         self.nodes: dict[str, Node] = {}
+        self.proxy: RouteProxy | None = None
         for i, name in enumerate(self.names):
-            port, mon, route = ports[3 * i : 3 * i + 3]
+            port, mon, route, proxy = ports[4 * i : 4 * i + 4]
             self.nodes[name] = Node(
                 name=name,
                 port=port,
@@ -152,12 +283,22 @@ class NatsCluster:
                 store_dir=self.base / name,
                 config=self.base / f"{name}.conf",
                 log=self.base / f"{name}.log",
+                proxy_port=proxy if proxied_routes else None,
+            )
+        if proxied_routes:
+            self.proxy = RouteProxy(
+                {n.name: (n.proxy_port, n.route_port) for n in self.nodes.values()},  # type: ignore[misc]
+                self.server_ids,
             )
         for node in self.nodes.values():
             node.config.write_text(self._config(node))
 
     def _config(self, node: Node) -> str:
-        routes = ", ".join(f'"nats-route://127.0.0.1:{n.route_port}"' for n in self.nodes.values())
+        # proxied: every node dials its peers through their proxy port and advertises its own
+        # proxy port, so the routes a node learns from gossip go through the proxy too
+        reach = {n.name: n.proxy_port or n.route_port for n in self.nodes.values()}
+        routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in reach.values())
+        advertise = f"  advertise: 127.0.0.1:{node.proxy_port}\n" if node.proxy_port else ""
         return (
             f'server_name: "{node.name}"\n'
             f"listen: 127.0.0.1:{node.port}\n"
@@ -170,6 +311,7 @@ class NatsCluster:
             "cluster {\n"
             f"  name: {CLUSTER_NAME}\n"
             f"  listen: 127.0.0.1:{node.route_port}\n"
+            f"{advertise}"
             f"  routes: [{routes}]\n"
             "}\n"
         )
@@ -259,6 +401,8 @@ class NatsCluster:
 
     def start(self, timeout: float = 30.0) -> NatsCluster:
         try:
+            if self.proxy is not None:
+                self.proxy.start()
             for name in self.names:
                 self._spawn(name)
             self._wait_healthy(self.names, timeout)
@@ -346,7 +490,36 @@ class NatsCluster:
             _wait_state(node.proc.pid, stopped=False)
         node.paused = False
 
+    def server_ids(self) -> dict[str, str]:
+        """Server id (a new one at every start) -> node name, from each running node's /varz."""
+        ids = {}
+        for name in self.running():
+            if not self.nodes[name].paused:
+                status, body = self._get(name, "/varz")
+                if status == 200 and body and body.get("server_id"):
+                    ids[str(body["server_id"])] = name
+        return ids
+
+    def routes_of(self, name: str) -> int | None:
+        """How many route connections the node has (``/routez``); None when it does not answer."""
+        status, body = self._get(name, "/routez")
+        return int(body.get("num_routes", 0)) if status == 200 and body else None
+
+    def partition(self, name: str) -> None:
+        """Cut every route connection of ``name`` and refuse new ones until ``heal()``; its clients
+        stay connected to it (they now talk to a node without peers). Needs ``proxied_routes``."""
+        if self.proxy is None:
+            raise RuntimeError("partition() needs NatsCluster(proxied_routes=True)")
+        self.proxy.cut({name})
+
+    def heal(self) -> None:
+        if self.proxy is not None:
+            self.proxy.cut(set())
+
     def close(self) -> None:
+        if self.proxy is not None:
+            with contextlib.suppress(Exception):
+                self.proxy.close()
         for name in self.names:
             with contextlib.suppress(Exception):
                 self.stop(name, timeout=5)
@@ -505,9 +678,11 @@ class Services:
     """``noetl server`` and ``noetl worker`` subprocesses against the whole cluster."""
 
     nats_urls: str | list[str]
-    ack_wait: float = 10.0
+    ack_wait: float | None = 10.0  # NOETL_ACK_WAIT; None: the services' default (30 s)
     env: dict[str, str] = field(default_factory=dict)
     log_dir: str | None = None
+    replicas: int = 3  # NOETL_REPLICAS
+    lease_ttl: float | None = 3.0  # NOETL_LEASE_TTL; None: the default users get (6 s)
 
     def __post_init__(self) -> None:
         self._own_dir = self.log_dir is None
@@ -521,13 +696,13 @@ class Services:
         return self.nats_urls if isinstance(self.nats_urls, str) else ",".join(self.nats_urls)
 
     def base_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != "NOETL_NATS_URL"}
-        env.update(
-            NOETL_REPLICAS="3",
-            NOETL_LEASE_TTL="3",
-            NOETL_LOG_LEVEL="WARNING",
-            NOETL_ACK_WAIT=f"{self.ack_wait:g}",
-        )
+        dropped = {"NOETL_NATS_URL", "NOETL_LEASE_TTL", "NOETL_ACK_WAIT"}
+        env = {k: v for k, v in os.environ.items() if k not in dropped}
+        env.update(NOETL_REPLICAS=str(self.replicas), NOETL_LOG_LEVEL="WARNING")
+        if self.lease_ttl is not None:
+            env["NOETL_LEASE_TTL"] = f"{self.lease_ttl:g}"
+        if self.ack_wait is not None:
+            env["NOETL_ACK_WAIT"] = f"{self.ack_wait:g}"
         env.update(self.env)
         return env
 
@@ -574,6 +749,17 @@ class Services:
         except subprocess.TimeoutExpired:
             p.kill()
             return p.wait(timeout=10)
+
+    def rss(self) -> dict[str, int]:
+        """Resident memory (KiB) of every running service, as ``<kind>-<pid>``: the soak reports
+        it before and after to show what the load left behind."""
+        out = {}
+        for p in self.alive():
+            with contextlib.suppress(OSError, ValueError):
+                for line in Path(f"/proc/{p.pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        out[f"{self.kinds[p]}-{p.pid}"] = int(line.split()[1])
+        return out
 
     def output(self, tail: int = 3000) -> str:
         """The tail of every log, for assertion messages."""
@@ -801,10 +987,11 @@ def terminal_events_per_run(events: Iterable[dict[str, Any]]) -> Counter[tuple[s
 # the workload of the guarantee tests
 
 
-def recorder_loop_playbook(iterations: int = 30, max_in_flight: int = 10) -> str:
+def recorder_loop_playbook(iterations: int = 30, max_in_flight: int = 10, read_timeout: float = 30) -> str:
     """A parallel loop whose every iteration POSTs ``{execution, i}`` to ``workload.recorder``
     (an external side effect) and then yields ``i``; a last step totals the iterations.
-    Result: ``{"n": iterations, "s": sum(range(iterations))}``."""
+    Result: ``{"n": iterations, "s": sum(range(iterations))}``. ``read_timeout`` is the POST's
+    own time-out, counted on the worker's clock (a worker paused longer fails the task)."""
     return f"""
 apiVersion: noetl.io/v2
 kind: Playbook
@@ -823,7 +1010,7 @@ workflow:
         url: "{{{{ workload.recorder }}}}"
         json: {{execution: "{{{{ execution_id }}}}", i: "{{{{ iter.i }}}}"}}
         spec:
-          timeout: {{connect: 5, read: 30}}
+          timeout: {{connect: 5, read: {read_timeout:g}}}
       - name: value
         kind: noop
         result: "{{{{ iter.i }}}}"
@@ -835,3 +1022,305 @@ workflow:
   - step: total
     tool: {{kind: noop, result: "{{{{ args }}}}"}}
 """
+
+
+# ---------------------------------------------------------------------------------------------
+# the fault matrix (issue 25): one function runs any fault against a load and counts the outcome
+
+
+@dataclass(frozen=True)
+class Load:
+    """``executions`` runs of ``recorder_loop_playbook(iterations, max_in_flight)``: every
+    iteration POSTs one record, so a lost or repeated tool run shows in the recorder."""
+
+    executions: int = 50
+    iterations: int = 100
+    max_in_flight: int = 20
+    delay: float = 0.0  # s the recorder takes to answer each POST
+    read_timeout: float = 30.0  # s the POST waits for its answer, on the worker's clock
+
+    @property
+    def posts(self) -> int:
+        return self.executions * self.iterations
+
+    @property
+    def expected(self) -> dict[str, int]:
+        return {"n": self.iterations, "s": sum(range(self.iterations))}
+
+    def __str__(self) -> str:
+        return f"{self.executions}x{self.iterations} (max_in_flight {self.max_in_flight})"
+
+
+@dataclass
+class Case:
+    """What a fault gets: the processes it may pause, kill or cut, a client, and a notebook."""
+
+    name: str
+    nats: Any  # a NatsCluster, or tests.faults.harness.Cluster (one nats-server)
+    services: Services
+    recorder: Recorder
+    nc: Any
+    load: Load
+    t0: float = field(default_factory=time.monotonic)
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    fault_end: float | None = None  # set by the fault when its effect ends, else when it returns
+
+    @property
+    def js(self) -> Any:
+        return self.nc.jetstream()
+
+    def note(self, text: str) -> None:
+        self.notes.append(f"t+{time.monotonic() - self.t0:.1f}s [{len(self.recorder)} POSTs] {text}")
+
+    def ended(self) -> None:
+        """The fault's effect is over (SIGCONT sent, node back): recovery is measured from here."""
+        self.fault_end = time.monotonic()
+
+
+Fault = Callable[[Case], Awaitable[None]]
+
+
+@dataclass
+class CaseResult:
+    name: str
+    load: Load
+    finished: int = 0
+    stuck: int = 0
+    failed: int = 0
+    wrong: int = 0
+    missing: int = 0
+    duplicate_records: int = 0
+    duplicate_terminal: int = 0
+    commands_left: int | None = None
+    recovery: float | None = None  # s from the fault's end to the last execution finished
+    elapsed: float = 0.0
+    details: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.finished == self.load.executions
+            and not (self.stuck or self.failed or self.wrong or self.missing)
+            and not (self.duplicate_records or self.duplicate_terminal)
+            and self.commands_left == 0
+            and not any(d.startswith("problem:") for d in self.details)
+        )
+
+    def counts(self) -> str:
+        return (
+            f"finished {self.finished}/{self.load.executions}, stuck {self.stuck}, failed {self.failed}, "
+            f"wrong results {self.wrong}, effects missing {self.missing}, duplicate effects "
+            f"{self.duplicate_records}, duplicate terminal events {self.duplicate_terminal}, "
+            f"commands left {self.commands_left}"
+        )
+
+    def summary(self) -> str:
+        """The one line per case that the matrix prints (and appends to $NOETL_FAULT_MATRIX_LOG)."""
+        recovery = "n/a" if self.recovery is None else f"{self.recovery:.1f}s"
+        verdict = "PASS" if self.ok else "FAIL"
+        return (
+            f"FAULT-MATRIX {verdict} {self.name} | load {self.load} | recovery {recovery} | "
+            f"{self.counts()} | wall {self.elapsed:.0f}s"
+        )
+
+    def message(self) -> str:
+        return "\n".join([self.summary(), *self.details])
+
+
+async def _finish_times(js: Any, eids: set[str], finished: dict[str, float], stop: asyncio.Event) -> None:
+    """Note when each execution is first seen processed (polling the log every 0.5 s)."""
+    while not stop.is_set():
+        with contextlib.suppress(Exception):
+            now = time.monotonic()
+            for e in (await asyncio.wait_for(processed_executions(js), 10)) & eids:
+                finished.setdefault(e, now)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.5)
+
+
+async def run_case(
+    name: str,
+    nats: Any,
+    services: Services,
+    recorder: Recorder,
+    fault: Fault,
+    *,
+    load: Load = Load(),
+    servers: int = 2,
+    workers: int = 2,
+    concurrency: int = 16,
+    trigger: float | None = 0.2,
+    stall: float = 45.0,
+    give_up: float = 420.0,
+    fault_timeout: float = 120.0,
+    before: Callable[[Case], Awaitable[None]] | None = None,
+    after: Callable[[Case], Awaitable[None]] | None = None,
+) -> CaseResult:
+    """Run one case of the fault matrix and count its outcome (never raises on a stuck run).
+
+    Starts ``servers`` and ``workers`` (at the services' settings: the matrix leaves the lease
+    TTL and the ack wait at their defaults), proves the system decides with one warm-up
+    execution, then either applies ``fault`` once ``trigger`` of the load's POSTs arrived, or
+    (``trigger=None``) applies it to the idle system and submits the load after it. It waits
+    until every execution is processed, or nothing moved (no execution finished, no POST) for
+    ``stall`` seconds after the fault, or ``give_up`` seconds passed: generous limits to give up,
+    never a timed assertion. ``nats`` is what the fault acts on: a ``NatsCluster`` (``urls``) or
+    the one nats-server of tests/faults (``url``)."""
+    urls = getattr(nats, "urls", None) or [nats.url]
+    single = services.replicas == 1
+    nc = await client(urls, ensure_replicas=None if single else services.replicas)
+    case = Case(name, nats, services, recorder, nc, load)
+    result = CaseResult(name, load)
+    finished: dict[str, float] = {}
+    stop = asyncio.Event()
+    tracker: asyncio.Task[None] | None = None
+    try:
+        if single:
+            from noetl.events.streams import ensure_all
+
+            await ensure_all(nc.jetstream())
+        recorder.delay = load.delay
+        for _ in range(servers):
+            services.server()
+        for _ in range(workers):
+            services.worker(concurrency=concurrency)
+        playbook = recorder_loop_playbook(load.iterations, load.max_in_flight, load.read_timeout)
+        warm = await submit(nc, recorder_loop_playbook(1, 1), payload={"recorder": recorder.url})
+        _, unfinished = await finish_all(nc, [warm], 60)
+        if unfinished:
+            case.problems.append("the warm-up execution did not finish within 60 s (before any fault)")
+        case.note("warm-up execution finished" if not unfinished else "warm-up execution stuck")
+        if before is not None:
+            await before(case)
+        eids: list[str] = []
+
+        async def submit_load() -> None:
+            for _ in range(load.executions):
+                eids.append(await submit(nc, playbook, payload={"recorder": recorder.url}))
+            case.note(f"submitted {len(eids)} executions")
+
+        async def apply() -> None:
+            case.note("fault starts")
+            try:
+                await asyncio.wait_for(fault(case), fault_timeout)
+            except Exception as e:
+                case.problems.append(f"applying the fault failed: {e!r}")
+            if case.fault_end is None:
+                case.ended()
+            case.note("fault ends")
+
+        if trigger is None:
+            await apply()
+            await submit_load()
+        else:
+            await submit_load()
+            want = int(trigger * load.posts)
+            if not await recorder.wait_for(want, 120):
+                case.problems.append(f"only {len(recorder)} POSTs within 120 s (fault at {want})")
+            await apply()
+        tracker = asyncio.create_task(_finish_times(nc.jetstream(), set(eids), finished, stop))
+        deadline = case.t0 + give_up
+        seen, moved = (-1, -1), time.monotonic()
+        while len(finished) < len(eids) and time.monotonic() < deadline:
+            now = (len(finished), len(recorder))
+            if now != seen:
+                seen, moved = now, time.monotonic()
+            elif time.monotonic() - moved > stall:
+                case.note(f"nothing moved for {stall:g} s: giving up")
+                break
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(0.6)  # one more poll of the tracker
+        stop.set()
+        await tracker
+        case.note(f"{len(finished)} finished, {len(eids) - len(finished)} unfinished")
+        if after is not None:
+            await after(case)
+        await _count(case, result, eids, finished)
+    finally:
+        stop.set()
+        if tracker is not None and not tracker.done():
+            tracker.cancel()
+        await close_client(nc)
+    result.elapsed = time.monotonic() - case.t0
+    print(result.message())  # pytest -rP or -s shows it for a passing case too
+    if log := os.environ.get("NOETL_FAULT_MATRIX_LOG"):
+        with open(log, "a") as fh:
+            fh.write(result.summary() + "\n")
+    return result
+
+
+async def _count(case: Case, result: CaseResult, eids: list[str], finished: dict[str, float]) -> None:
+    js = case.js
+    load = case.load
+    failed: dict[str, Any] = {}
+    wrong: dict[str, Any] = {}
+    dup_terminal: dict[str, int] = {}
+    progress: dict[str, int] = {}
+    for e in eids:
+        events: list[dict[str, Any]] | None = None
+        if e in finished:
+            try:
+                out = await output_of(js, e, timeout=30)
+                events = out["events"]
+                if out["status"] != "success":
+                    failed[e[:8]] = (out["status"], str(out.get("error"))[:300])
+                elif out["result"] != load.expected:
+                    wrong[e[:8]] = out["result"]
+            except Exception as ex:
+                failed[e[:8]] = ("unreadable", repr(ex)[:200])
+        else:
+            with contextlib.suppress(Exception):
+                events = await read_events(js, e, timeout=15)
+            if events is not None:
+                progress[e[:8]] = sum(1 for ev in events if ev.get("name") == "loop.iteration.done")
+                _keep_events(case, e, events)
+        if events is not None:
+            extra = sum(n - 1 for n in terminal_events_per_run(events).values() if n > 1)
+            if extra:
+                dup_terminal[e[:8]] = extra
+    records = case.recorder.count_by_keys("execution", "i")
+    missing = [(e, i) for e in eids for i in range(load.iterations) if (e, i) not in records]
+    dups = {k: n - 1 for k, n in records.items() if n > 1 and k[0] in set(eids)}
+    result.finished = len(finished)
+    result.stuck = len(eids) - len(finished)
+    result.failed, result.wrong, result.missing = len(failed), len(wrong), len(missing)
+    result.duplicate_records = sum(dups.values())
+    result.duplicate_terminal = sum(dup_terminal.values())
+    result.commands_left = await wait_commands_drained(js, 3 if result.stuck else 15)
+    if finished and case.fault_end is not None and not result.stuck:  # none: it never recovered
+        result.recovery = max(0.0, max(finished.values()) - case.fault_end)
+    d = result.details
+    if failed:
+        d.append(f"failed: {dict(list(failed.items())[:5])}")
+    if wrong:
+        d.append(f"wrong results (want {load.expected}): {dict(list(wrong.items())[:5])}")
+    if missing:
+        d.append(f"missing records (first 10): {[(e[:8], i) for e, i in missing[:10]]}")
+    if dups:
+        d.append(f"duplicate records (first 10): {[(e[:8], i, n) for (e, i), n in list(dups.items())[:10]]}")
+    if dup_terminal:
+        d.append(f"duplicate terminal events per execution: {dup_terminal}")
+    if progress:
+        d.append(f"unfinished executions' loop.iteration.done counts (of {load.iterations}): {progress}")
+    d += [f"problem: {p}" for p in case.problems]
+    d += [f"  {n}" for n in case.notes]
+
+
+def _keep_events(case: Case, execution_id: str, events: list[dict[str, Any]]) -> None:
+    """With NOETL_FAULT_MATRIX_KEEP=dir, an unfinished execution's whole log goes to a file there
+    (the cluster and its streams are gone once the case ends)."""
+    keep = os.environ.get("NOETL_FAULT_MATRIX_KEEP")
+    if not keep:
+        return
+    path = Path(keep) / f"{case.name}-{execution_id}.jsonl"
+    with path.open("w") as fh:
+        for ev in events:
+            fh.write(json.dumps(ev, default=str) + "\n")
+    case.note(f"events of unfinished {execution_id[:8]} kept in {path}")
+
+
+async def stream_sizes(js: Any) -> dict[str, tuple[int, int]]:
+    """Stream name -> (messages, bytes), for the soak's before/after line."""
+    infos = await asyncio.wait_for(js.streams_info(), 10)
+    return {i.config.name: (int(i.state.messages), int(i.state.bytes)) for i in infos}

@@ -203,8 +203,11 @@ def _resolved_env(
     ("values", "existing", "token", "admin"),
     [
         ({}, {}, "generated", "generated"),
-        ({"auth": {"apiToken": "u-tok", "adminToken": "a-tok"}}, {}, "u-tok", "a-tok"),
-        ({"auth": {"existingSecret": "tokens"}}, {"tokens": {"api-token": "s-tok"}}, "s-tok", None),
+        # tokens of at least 16 characters: a shorter one is refused at start (docs/security.md)
+        ({"auth": {"apiToken": "u-tok-0123456789", "adminToken": "a-tok-0123456789"}}, {},
+         "u-tok-0123456789", "a-tok-0123456789"),
+        ({"auth": {"existingSecret": "tokens"}}, {"tokens": {"api-token": "s-tok-0123456789"}},
+         "s-tok-0123456789", None),
         ({"auth": {"insecure": True}}, {}, None, None),
     ],
     ids=["default", "given", "existing-secret", "insecure"],

@@ -8,6 +8,8 @@ import textwrap
 import uuid
 from pathlib import Path
 
+import pytest
+
 from noetl.cli.analysis_run import graph
 from noetl.cli.suite import run_suite
 from noetl.client.run import run_and_wait
@@ -89,8 +91,9 @@ async def test_noetl_test_runs_cases_and_reports_coverage(tmp_path: Path, capsys
 
 
 def _graph_args(file: Path | None, execution: str, url: str) -> argparse.Namespace:
-    return argparse.Namespace(file=str(file) if file else None, execution=execution, events=None,
-                              nats_url=url, out=None)
+    return argparse.Namespace(
+        file=str(file) if file else None, execution=execution, events=None, nats_url=url, out=None
+    )
 
 
 async def test_graph_refuses_a_file_that_is_not_the_executions_playbook(
@@ -104,8 +107,9 @@ async def test_graph_refuses_a_file_that_is_not_the_executions_playbook(
     assert captured.out == ""
     error = captured.err.strip()
     assert "\n" not in error
-    assert error.startswith(f"noetl graph: execution {out['execution_id']} ran another playbook "
-                            "(path tests/route, digest ")
+    assert error.startswith(
+        f"noetl graph: execution {out['execution_id']} ran another playbook (path tests/route, digest "
+    )
     assert f"than {other} (path tests/other, version 2, digest " in error
     eid = out["execution_id"]
     assert f"omit FILE to draw the execution's own playbook (noetl graph --execution {eid})" in error
@@ -118,6 +122,7 @@ async def test_graph_refuses_a_file_that_is_not_the_executions_playbook(
 async def test_graph_without_file_draws_the_catalog_playbook_the_execution_ran(
     nc, nats_server, services, tmp_path: Path, capsys
 ) -> None:
+    from noetl.dsl.errors import CatalogConflictError
     from noetl.store.catalog import Catalog
 
     catalog = await Catalog.open(nc.jetstream())
@@ -126,8 +131,12 @@ async def test_graph_without_file_draws_the_catalog_playbook_the_execution_ran(
     request = {"request_id": uuid.uuid4().hex, "path": "tests/graph_catalog", "version": "3"}
     out = await run_and_wait(nc, request, timeout=30)
     assert out["status"] == "success"
-    # a newer text registered under the same path and version later does not change what is drawn
-    await catalog.register(text.replace("result: big", "result: huge"), "graph_catalog.yaml")
+    # a newer text registered under the same path later does not change what is drawn (under the
+    # same version it is refused: a version is never replaced)
+    newer = text.replace("result: big", "result: huge")
+    with pytest.raises(CatalogConflictError):
+        await catalog.register(newer, "graph_catalog.yaml")
+    await catalog.register(newer.replace("version: '3'", "version: '4'"), "graph_catalog.yaml")
     assert await graph(_graph_args(None, out["execution_id"], nats_server.url)) == 0
     drawn = capsys.readouterr().out
     f = tmp_path / "route.yaml"

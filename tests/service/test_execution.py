@@ -135,8 +135,14 @@ def test_noetl_run_stopped_by_a_signal_leaves_no_nats_server(tmp_path: Path, sig
         p.send_signal(sig)
         rc = p.wait(timeout=30)
         nats_pid, store = child
-        left = [what for what, there in (("nats-server", Path(f"/proc/{nats_pid}").exists()),
-                                         ("store dir", Path(store).exists())) if there]
+        left = [
+            what
+            for what, there in (
+                ("nats-server", Path(f"/proc/{nats_pid}").exists()),
+                ("store dir", Path(store).exists()),
+            )
+            if there
+        ]
     finally:
         if p.poll() is None:
             p.kill()

@@ -15,7 +15,10 @@ def test_noetl_run_of_the_local_loop_example() -> None:
     root = Path(__file__).resolve().parents[2]
     p = subprocess.run(
         [sys.executable, "-m", "noetl.cli.main", "run", "docs/examples/loop_local.yaml", "--json"],
-        capture_output=True, text=True, timeout=120, cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
     )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)

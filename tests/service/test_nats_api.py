@@ -158,11 +158,14 @@ async def test_service_discovery_ping_info_stats(service) -> None:
         ("signal", "noetl.api.signal", "noetl"),
         ("pause", "noetl.api.pause", "noetl"),
         ("resume", "noetl.api.resume", "noetl"),
+        ("rerun", "noetl.api.rerun", "noetl"),
         ("schedule_add", "noetl.api.schedule.add", "noetl"),
         ("schedule_list", "noetl.api.schedule.list", "noetl"),
         ("schedule_pause", "noetl.api.schedule.pause", "noetl"),
         ("schedule_resume", "noetl.api.schedule.resume", "noetl"),
         ("schedule_delete", "noetl.api.schedule.delete", "noetl"),
+        ("catalog_register", "noetl.api.catalog.register", "noetl"),
+        ("catalog_list", "noetl.api.catalog.list", "noetl"),
     }
     inbox = user.new_inbox()
     sub = await user.subscribe(inbox)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from noetl.client.run import run_and_wait
+from noetl.engine.fold import replay
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events
 from noetl.events.ids import execution_id_for
@@ -129,7 +130,8 @@ async def test_a_decision_jetstream_can_never_store_ends_its_execution_not_the_p
         # it ended through the engine: the log has the input, and a rebuild from it knows the end
         names = [e["name"] for e in await read_execution_events(nc.jetstream(), out["execution_id"])]
         assert "execution.abort.requested" in names, names
-        rebuilt = await server._rebuild(out["execution_id"], 1 << 62)
+        msgs = await server.bus.read(s.EVENTS_STREAM, s.execution_input_filters(out["execution_id"]))
+        rebuilt, _ = replay([await server.catalog.with_playbook_text(json.loads(m.data)) for m in msgs])
         assert rebuilt is not None and rebuilt.finished and rebuilt.status == "failed", rebuilt
         await _next_one_succeeds(nc)  # the same (only) partition goes on
     finally:
@@ -177,8 +179,8 @@ HEAVY_CHAIN = "\n".join(
     ]
     + [
         f"  - step: {'start' if i == 0 else f's{i}'}\n"
-        f"    tool: [{{name: t, kind: noop, result: \"{_HEAVY}\"}}]"
-        + (f"\n    next: {{arcs: [{{step: s{i + 1}, args: {{x: \"{_HEAVY}\"}}}}]}}" if i < 7 else "")
+        f'    tool: [{{name: t, kind: noop, result: "{_HEAVY}"}}]'
+        + (f'\n    next: {{arcs: [{{step: s{i + 1}, args: {{x: "{_HEAVY}"}}}}]}}' if i < 7 else "")
         for i in range(8)
     ]
 )

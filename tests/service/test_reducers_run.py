@@ -25,5 +25,3 @@ def test_noetl_run_of_the_reducers_example() -> None:
     ctx = out["ctx"]
     assert sorted(ctx["ids"]) == ["a", "b", "c"] and sorted(ctx["tags"]) == ["new", "new", "vip"]
     assert ctx["by_id"] == {"a": 30, "b": 12, "c": 45}
-
-

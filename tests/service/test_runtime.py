@@ -155,7 +155,8 @@ async def test_operations_commands(nc, capsys, monkeypatch, tmp_path) -> None:
         monkeypatch.setenv("NOETL_CREDENTIALS_KEY", generate_key())
         name, secret = f"cli-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
         rc, text, err = await cli(
-            nc, capsys, "credentials", "set", name, "--kind", "http", "--data", json.dumps({"token": secret})
+            nc, capsys, "credentials", "set", name, "--kind", "http", "--data", json.dumps({"token": secret}),
+            "--anonymous",
         )
         assert rc == 0 and secret not in text + err
         rc, text, _ = await cli(nc, capsys, "credentials", "list")
@@ -163,17 +164,17 @@ async def test_operations_commands(nc, capsys, monkeypatch, tmp_path) -> None:
         data_file = tmp_path / "cred.yaml"
         data_file.write_text(f"user: app\npassword: {secret}\n")
         rc, text, err = await cli(
-            nc, capsys, "credentials", "set", name + "-f", "--data-file", str(data_file)
+            nc, capsys, "credentials", "set", name + "-f", "--data-file", str(data_file), "--anonymous"
         )
         assert rc == 0 and secret not in text + err
         assert f"{name}-f\tsecret" in (await cli(nc, capsys, "credentials", "list"))[1].splitlines()
-        rc, _, err = await cli(nc, capsys, "credentials", "set", name, "--data", "[1]")
+        rc, _, err = await cli(nc, capsys, "credentials", "set", name, "--data", "[1]", "--anonymous")
         assert rc == 2 and "mapping" in err
-        rc, _, err = await cli(nc, capsys, "credentials", "set", "bad name", "--data", "{}")
+        rc, _, err = await cli(nc, capsys, "credentials", "set", "bad name", "--data", "{}", "--anonymous")
         assert rc == 2 and "invalid" in err
-        rc, text, _ = await cli(nc, capsys, "credentials", "delete", name)
+        rc, text, _ = await cli(nc, capsys, "credentials", "delete", name, "--anonymous")
         assert rc == 0 and f"{name}\thttp" not in (await cli(nc, capsys, "credentials", "list"))[1]
-        assert (await cli(nc, capsys, "credentials", "delete", name))[0] == 1
+        assert (await cli(nc, capsys, "credentials", "delete", name, "--anonymous"))[0] == 1
     finally:
         await reg.stop()
         await worker.stop(drain=False)
@@ -203,8 +204,9 @@ def test_noetl_server_serves_http_on_a_free_port(fresh_nats) -> None:
         while url is None:
             line = lines.get(timeout=30)
             seen.append(line)
-            if "HTTP API on " in line:
-                url = line.rsplit(" ", 1)[1].strip()
+            record = json.loads(line)  # stderr is not a terminal: JSON lines only, nothing else
+            if "HTTP API on " in record["event"]:
+                url = record["url"]
         assert url.startswith("http://127.0.0.1:"), seen
         assert httpx.get(f"{url}/health", timeout=10).json() == {"status": "ok"}
         assert httpx.get(f"{url}/ready", timeout=10).status_code == 200

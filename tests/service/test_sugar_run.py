@@ -32,5 +32,3 @@ def test_noetl_run_of_the_sugar_example() -> None:
     labels = [e["payload"]["task"] for e in out["events"] if e["name"] == "task.done"]
     # the events name the generated labels: the same in every run of the file
     assert labels[:6] == ["init", "route", "route.0", "not_found", "route.0.exit", "route.end"]
-
-

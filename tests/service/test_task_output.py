@@ -76,8 +76,9 @@ async def stack(nc: Any) -> AsyncIterator[dict[str, Any]]:
     server, worker = Server(nc, credentials=creds), Worker(nc, concurrency=4, credentials=creds)
     await server.start()
     await worker.start()
-    api = ApiServer(nc, server.requests, server.catalog, creds, host="127.0.0.1", port=0, token=TOKEN,
-                    admin_token="")
+    api = ApiServer(
+        nc, server.requests, server.catalog, creds, host="127.0.0.1", port=0, token=TOKEN, admin_token=""
+    )
     await api.start()
     try:
         request = {"request_id": uuid.uuid4().hex, "playbook": PRINTER.replace("CRED", name)}
@@ -93,8 +94,15 @@ async def stack(nc: Any) -> AsyncIterator[dict[str, Any]]:
 async def noetl(url: str, *args: str) -> tuple[int, str, str]:
     """The command as a person types it (in a process of its own, the loop stays free)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "noetl.cli.main", *args, "--nats-url", url,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=ROOT,
+        sys.executable,
+        "-m",
+        "noetl.cli.main",
+        *args,
+        "--nats-url",
+        url,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=ROOT,
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), 60)
@@ -128,7 +136,8 @@ async def test_noetl_logs_and_the_api_show_it(stack: dict[str, Any], nats_server
     eid, url = stack["execution_id"], nats_server.url
     logs = await execution_logs(stack["nc"].jetstream(), eid)
     assert logs is not None and [(e["step"], e["task"], e.get("index")) for e in logs][:1] == [
-        ("start", "talk", None)]
+        ("start", "talk", None)
+    ]
     big = next(e for e in logs if e.get("index") == 5)
     assert big["output"].startswith("item 5\n" + "z" * 100)  # read back from the object store
 
@@ -183,7 +192,8 @@ async def test_noetl_events_and_status_show_steps_iterations_and_loop_counters(
     assert "  crunch: done\n    loop: 6 done, 0 failed of 6\n" in out
     code, out, err = await noetl(url, "status", eid, "--json")
     assert json.loads(out)["loops"] == {
-        "crunch": [{"status": "done", "total": 6, "done": 6, "failed": 0, "in_flight": 0}]}
+        "crunch": [{"status": "done", "total": 6, "done": 6, "failed": 0, "in_flight": 0}]
+    }
 
 
 SHOUT = """
@@ -233,7 +243,10 @@ def test_noetl_run_outside_a_terminal_prints_task_output_and_json_unchanged(tmp_
     f.write_text(SHOUT)
     p = subprocess.run(
         [sys.executable, "-m", "noetl.cli.main", "run", str(f), "--json"],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
     )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["status"] == "success"

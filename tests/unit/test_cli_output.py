@@ -21,8 +21,13 @@ workflow:
 
 
 def _failed(error: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"execution_id": "e1", "status": "failed", "steps": {"start": [{"status": "failed"}]},
-            "error": error, **extra}
+    return {
+        "execution_id": "e1",
+        "status": "failed",
+        "steps": {"start": [{"status": "failed"}]},
+        "error": error,
+        **extra,
+    }
 
 
 def test_paths_parse_back_into_segments() -> None:
@@ -35,14 +40,17 @@ def test_paths_parse_back_into_segments() -> None:
 def test_error_line_from_playbook_line_or_path() -> None:
     assert error_line({"playbook_line": 7, "path": "workflow[0]"}, TEXT) == 7
     assert error_line({"path": 'workflow[0].tool[0].result["x-y"]'}, TEXT) == 10
-    assert error_line({"path": "workflow[0].tool[0].nothing.deeper"}, TEXT) == 7   # nearest ancestor
+    assert error_line({"path": "workflow[0].tool[0].nothing.deeper"}, TEXT) == 7  # nearest ancestor
     assert error_line({"path": "workflow[0]"}, None) is None
     assert error_line({"kind": "cancelled"}, TEXT) is None
 
 
 def test_summary_names_the_file_and_line_of_the_error() -> None:
-    err = {"kind": "template_error", "message": "'iter.num' is undefined (iter has: index, n) in ...",
-           "path": 'workflow[0].tool[0].result["x-y"]'}
+    err = {
+        "kind": "template_error",
+        "message": "'iter.num' is undefined (iter has: index, n) in ...",
+        "path": 'workflow[0].tool[0].result["x-y"]',
+    }
     assert summary(_failed(err), "t.yaml", TEXT).splitlines() == [
         "execution e1: failed",
         "  start: failed",
@@ -52,5 +60,6 @@ def test_summary_names_the_file_and_line_of_the_error() -> None:
     py = {"kind": "python_error", "message": "KeyError: 'a' (...)", "playbook_line": 12}
     shown = summary(_failed(py, path="tests/t", version="2"))
     assert shown.endswith(
-        "error: python_error: KeyError: 'a' (...)\n  at line 12 of playbook tests/t version 2")
-    assert summary(_failed(err)).endswith("in ...")   # no file, no line to name
+        "error: python_error: KeyError: 'a' (...)\n  at line 12 of playbook tests/t version 2"
+    )
+    assert summary(_failed(err)).endswith("in ...")  # no file, no line to name

@@ -8,10 +8,18 @@ from noetl.events.envelope import SCHEMA_VERSION, WireError, decode_command, dec
 
 
 def _event(**over: object) -> dict[str, object]:
-    ev: dict[str, object] = {**make_event(
-        event_id="e", execution_id="x", timestamp="t", source="worker", name="step.done",
-        entity_type="step", entity_id="s", status="success",
-    )}
+    ev: dict[str, object] = {
+        **make_event(
+            event_id="e",
+            execution_id="x",
+            timestamp="t",
+            source="worker",
+            name="step.done",
+            entity_type="step",
+            entity_id="s",
+            status="success",
+        )
+    }
     ev.update(over)
     return ev
 

@@ -50,10 +50,14 @@ async def test_put_get_list_delete(js) -> None:
     store = await CredentialStore.open(js, generate_key())
     await store.put("pg_main", "postgres_credential", {"dsn": "postgresql://u:pw-s3cret@h/db"})
     await store.put("api", "secret", {"value": "tok-xyz"})
-    assert await store.get("pg_main") == {"kind": "postgres_credential",
-                                          "data": {"dsn": "postgresql://u:pw-s3cret@h/db"}}
-    assert await store.list() == [{"name": "api", "kind": "secret"},
-                                  {"name": "pg_main", "kind": "postgres_credential"}]
+    assert await store.get("pg_main") == {
+        "kind": "postgres_credential",
+        "data": {"dsn": "postgresql://u:pw-s3cret@h/db"},
+    }
+    assert await store.list() == [
+        {"name": "api", "kind": "secret"},
+        {"name": "pg_main", "kind": "postgres_credential"},
+    ]
     assert await store.get("nope") is None
     assert await store.exists("api") and not await store.exists("nope")
     await store.delete("api")

@@ -22,8 +22,13 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def _send(self, code: int, body: bytes, content_type: str = "application/json",
-              headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self,
+        code: int,
+        body: bytes,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -42,11 +47,19 @@ class Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(n) if n else b""
         parts = [p for p in url.path.split("/") if p]
         if parts[:1] == ["echo"]:
-            body = {"method": self.command, "query": q, "raw": raw.decode(),
-                    "content_type": self.headers.get("Content-Type"),
-                    "headers": {k.lower(): v for k, v in self.headers.items()}}
-            self._send(200, json.dumps(body).encode(), "application/json; charset=utf-8",
-                       {"X-Multi": "a", "x-multi": "b"})
+            body = {
+                "method": self.command,
+                "query": q,
+                "raw": raw.decode(),
+                "content_type": self.headers.get("Content-Type"),
+                "headers": {k.lower(): v for k, v in self.headers.items()},
+            }
+            self._send(
+                200,
+                json.dumps(body).encode(),
+                "application/json; charset=utf-8",
+                {"X-Multi": "a", "x-multi": "b"},
+            )
         elif parts[:1] == ["status"]:
             self._send(int(parts[1]), json.dumps({"code": "nope"}).encode())
         elif parts[:1] == ["slow"]:
@@ -92,8 +105,16 @@ async def call(config, services, spec=None, keychain=None):
 
 
 async def test_post_json_with_headers_and_query(base_url, services) -> None:
-    out = await call({"method": "post", "url": f"{base_url}/echo", "headers": {"X-Test": "yes", "X-N": 5},
-                      "params": {"q": "1"}, "json": {"a": "v", "list": [1, 2]}}, services)
+    out = await call(
+        {
+            "method": "post",
+            "url": f"{base_url}/echo",
+            "headers": {"X-Test": "yes", "X-N": 5},
+            "params": {"q": "1"},
+            "json": {"a": "v", "list": [1, 2]},
+        },
+        services,
+    )
     assert out["status"] == "ok"
     result = out["result"]
     assert result["status"] == 200
@@ -109,8 +130,15 @@ async def test_post_json_with_headers_and_query(base_url, services) -> None:
 
 
 async def test_body_string_is_sent_as_is_and_mapping_as_json(base_url, services) -> None:
-    out = await call({"method": "PUT", "url": f"{base_url}/echo", "body": "a=b",
-                      "headers": {"Content-Type": "text/plain"}}, services)
+    out = await call(
+        {
+            "method": "PUT",
+            "url": f"{base_url}/echo",
+            "body": "a=b",
+            "headers": {"Content-Type": "text/plain"},
+        },
+        services,
+    )
     assert out["result"]["data"]["raw"] == "a=b"
     out = await call({"method": "POST", "url": f"{base_url}/echo", "body": {"x": 1}}, services)
     assert json.loads(out["result"]["data"]["raw"]) == {"x": 1}
@@ -125,8 +153,9 @@ async def test_text_bad_json_empty_and_redirect(base_url, services) -> None:
     assert (await call({"url": f"{base_url}/redirect"}, services))["result"]["data"] == "hello"
 
 
-@pytest.mark.parametrize("code, retryable",
-                         [(404, False), (401, False), (429, True), (500, True), (503, True)])
+@pytest.mark.parametrize(
+    "code, retryable", [(404, False), (401, False), (429, True), (500, True), (503, True)]
+)
 async def test_error_status_keeps_http_and_result(base_url, services, code, retryable) -> None:
     out = await call({"url": f"{base_url}/status/{code}?token=abc"}, services)
     assert out["status"] == "error"
@@ -141,8 +170,9 @@ async def test_error_status_keeps_http_and_result(base_url, services, code, retr
 
 async def test_read_timeout(base_url, services) -> None:
     started = time.perf_counter()
-    out = await call({"url": f"{base_url}/slow", "params": {"ms": 1500}}, services,
-                     spec={"timeout": {"read": 0.2}})
+    out = await call(
+        {"url": f"{base_url}/slow", "params": {"ms": 1500}}, services, spec={"timeout": {"read": 0.2}}
+    )
     assert time.perf_counter() - started < 1.2
     assert out["error"]["kind"] == "timeout"
     assert out["error"]["retryable"] is True
@@ -158,8 +188,13 @@ async def test_connection_refused_names_url_not_secrets(services) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    out = await call({"url": f"http://user:pw-secret@127.0.0.1:{port}/x?key=k-secret",
-                      "headers": {"Authorization": "Bearer h-secret"}}, services)
+    out = await call(
+        {
+            "url": f"http://user:pw-secret@127.0.0.1:{port}/x?key=k-secret",
+            "headers": {"Authorization": "Bearer h-secret"},
+        },
+        services,
+    )
     assert out["error"]["kind"] == "http_error"
     assert out["error"]["retryable"] is True
     assert f"GET http://127.0.0.1:{port}/x" in out["error"]["message"]
@@ -174,30 +209,38 @@ async def test_invalid_url_is_not_retryable(services) -> None:
     assert out["error"]["kind"] == "http_error"
 
 
-@pytest.mark.parametrize("data, expected", [
-    ({"token": "t-1"}, "Bearer t-1"),
-    ({"value": "v-1"}, "Bearer v-1"),
-    ({"username": "u", "password": "p"}, "Basic " + base64.b64encode(b"u:p").decode()),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ({"token": "t-1"}, "Bearer t-1"),
+        ({"value": "v-1"}, "Bearer v-1"),
+        ({"username": "u", "password": "p"}, "Basic " + base64.b64encode(b"u:p").decode()),
+    ],
+)
 async def test_auth_from_keychain(base_url, services, data, expected) -> None:
-    out = await call({"url": f"{base_url}/echo", "auth": "api", "headers": {"authorization": "ignored"}},
-                     services, keychain={"api": data})
+    out = await call(
+        {"url": f"{base_url}/echo", "auth": "api", "headers": {"authorization": "ignored"}},
+        services,
+        keychain={"api": data},
+    )
     assert out["result"]["data"]["headers"]["authorization"] == expected
 
 
 async def test_inline_auth(base_url, services) -> None:
     out = await call({"url": f"{base_url}/echo", "auth": {"type": "bearer", "token": "abc"}}, services)
     assert out["result"]["data"]["headers"]["authorization"] == "Bearer abc"
-    out = await call({"url": f"{base_url}/echo", "auth": {"type": "basic", "username": "u", "password": "p"}},
-                     services)
+    out = await call(
+        {"url": f"{base_url}/echo", "auth": {"type": "basic", "username": "u", "password": "p"}}, services
+    )
     assert out["result"]["data"]["headers"]["authorization"].startswith("Basic ")
 
 
 async def test_auth_problems(base_url, services) -> None:
     out = await call({"url": f"{base_url}/echo", "auth": "missing"}, services)
     assert out["error"]["kind"] == "keychain_unresolved" and "'missing'" in out["error"]["message"]
-    out = await call({"url": f"{base_url}/echo", "auth": "odd"}, services,
-                     keychain={"odd": {"secretish": "zzzz"}})
+    out = await call(
+        {"url": f"{base_url}/echo", "auth": "odd"}, services, keychain={"odd": {"secretish": "zzzz"}}
+    )
     assert out["error"]["kind"] == "tool_error" and "zzzz" not in out["error"]["message"]
 
 

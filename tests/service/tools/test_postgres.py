@@ -23,8 +23,10 @@ async def services(pg_dsn: str) -> AsyncIterator[dict[str, PostgresServices]]:
     try:
         conn = await asyncpg.connect(pg_dsn, timeout=3)
     except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
-        pytest.skip(f"PostgreSQL at {urlsplit(pg_dsn).hostname}:{urlsplit(pg_dsn).port} is unreachable "
-                    f"({type(exc).__name__}); set NOETL_TEST_PG_DSN")
+        pytest.skip(
+            f"PostgreSQL at {urlsplit(pg_dsn).hostname}:{urlsplit(pg_dsn).port} is unreachable "
+            f"({type(exc).__name__}); set NOETL_TEST_PG_DSN"
+        )
     await conn.close()
     svc = PostgresServices()
     try:
@@ -40,23 +42,39 @@ def table() -> str:
 
 async def pg(config, services, pg_dsn, spec=None, keychain=None):
     keychain = {"pg_test": {"dsn": pg_dsn}} if keychain is None else keychain
-    return await get_tool("postgres").run({"auth": "pg_test", **config},
-                                          make_ctx(spec=spec, keychain=keychain, services=services))
+    return await get_tool("postgres").run(
+        {"auth": "pg_test", **config}, make_ctx(spec=spec, keychain=keychain, services=services)
+    )
 
 
 async def test_conformance_roundtrip(services, pg_dsn, table) -> None:
-    setup = await pg({"command": f"CREATE TABLE IF NOT EXISTS {table} (id int PRIMARY KEY, name text); "
-                                 f"TRUNCATE {table}"}, services, pg_dsn)
+    setup = await pg(
+        {"command": f"CREATE TABLE IF NOT EXISTS {table} (id int PRIMARY KEY, name text); TRUNCATE {table}"},
+        services,
+        pg_dsn,
+    )
     assert setup["status"] == "ok", setup
     try:
-        insert = await pg({"command": f"INSERT INTO {table} (id, name) VALUES ($1, $2), ($3, $4)",
-                           "params": [1, "one", "2", 2]}, services, pg_dsn)
+        insert = await pg(
+            {
+                "command": f"INSERT INTO {table} (id, name) VALUES ($1, $2), ($3, $4)",
+                "params": [1, "one", "2", 2],
+            },
+            services,
+            pg_dsn,
+        )
         assert insert == {"status": "ok", "result": {"rows": [], "columns": [], "rowcount": 2}}
         select = await pg({"query": f"SELECT id, name FROM {table} ORDER BY id"}, services, pg_dsn)
-        assert select["result"] == {"rows": [{"id": 1, "name": "one"}, {"id": 2, "name": "2"}],
-                                    "columns": ["id", "name"], "rowcount": 2}
-        dup = await pg({"command": f"INSERT INTO {table} (id, name) VALUES ($1, $2)", "params": [1, "x"]},
-                       services, pg_dsn)
+        assert select["result"] == {
+            "rows": [{"id": 1, "name": "one"}, {"id": 2, "name": "2"}],
+            "columns": ["id", "name"],
+            "rowcount": 2,
+        }
+        dup = await pg(
+            {"command": f"INSERT INTO {table} (id, name) VALUES ($1, $2)", "params": [1, "x"]},
+            services,
+            pg_dsn,
+        )
         assert dup["error"]["kind"] == "postgres_error"
         assert dup["error"]["retryable"] is False
         assert dup["pg"]["sqlstate"] == "23505" and dup["pg"]["code"] == "23505"
@@ -74,19 +92,30 @@ async def test_missing_table_carries_sqlstate(services, pg_dsn) -> None:
 
 
 async def test_script_returns_last_statement_rows(services, pg_dsn) -> None:
-    out = await pg({"query": "CREATE TEMP TABLE t (a int); INSERT INTO t VALUES (1), (2); "
-                             "SELECT sum(a) AS s, ';' AS semi FROM t; -- done"}, services, pg_dsn)
+    out = await pg(
+        {
+            "query": "CREATE TEMP TABLE t (a int); INSERT INTO t VALUES (1), (2); "
+            "SELECT sum(a) AS s, ';' AS semi FROM t; -- done"
+        },
+        services,
+        pg_dsn,
+    )
     assert out["result"] == {"rows": [{"s": 3, "semi": ";"}], "columns": ["s", "semi"], "rowcount": 1}
 
 
 async def test_values_are_json_safe(services, pg_dsn) -> None:
-    out = await pg({"query": "SELECT 1.50::numeric AS n, 2::numeric AS i, '{\"a\": [1]}'::jsonb AS j, "
-                             "'{\"b\": 2}'::json AS j2, "
-                             "'2024-01-02T03:04:05+00'::timestamptz AS ts, '2024-01-02'::date AS d, "
-                             "'00000000-0000-0000-0000-000000000001'::uuid AS u, '\\x0001'::bytea AS b, "
-                             "ARRAY[1, 2] AS arr, interval '90 seconds' AS iv, 'NaN'::float8 AS f, "
-                             "int4range(1, 5) AS r"},
-                   services, pg_dsn)
+    out = await pg(
+        {
+            "query": "SELECT 1.50::numeric AS n, 2::numeric AS i, '{\"a\": [1]}'::jsonb AS j, "
+            "'{\"b\": 2}'::json AS j2, "
+            "'2024-01-02T03:04:05+00'::timestamptz AS ts, '2024-01-02'::date AS d, "
+            "'00000000-0000-0000-0000-000000000001'::uuid AS u, '\\x0001'::bytea AS b, "
+            "ARRAY[1, 2] AS arr, interval '90 seconds' AS iv, 'NaN'::float8 AS f, "
+            "int4range(1, 5) AS r"
+        },
+        services,
+        pg_dsn,
+    )
     row = out["result"]["rows"][0]
     assert row["n"] == 1.5 and row["i"] == 2 and isinstance(row["i"], int)
     assert row["j"] == {"a": [1]} and row["j2"] == {"b": 2}
@@ -102,11 +131,18 @@ async def test_values_are_json_safe(services, pg_dsn) -> None:
 
 
 async def test_params_coerced_to_inferred_types(services, pg_dsn) -> None:
-    out = await pg({"query": "SELECT $1::int + 1 AS a, $2::jsonb AS j, $3::timestamptz AS t, $4::bool AS b, "
-                             "$5::text AS s",
-                    "params": ["41", {"k": 1}, "2024-01-02T00:00:00+00:00", "true", 12]}, services, pg_dsn)
-    assert out["result"]["rows"] == [{"a": 42, "j": {"k": 1}, "t": "2024-01-02T00:00:00+00:00", "b": True,
-                                      "s": "12"}]
+    out = await pg(
+        {
+            "query": "SELECT $1::int + 1 AS a, $2::jsonb AS j, $3::timestamptz AS t, $4::bool AS b, "
+            "$5::text AS s",
+            "params": ["41", {"k": 1}, "2024-01-02T00:00:00+00:00", "true", 12],
+        },
+        services,
+        pg_dsn,
+    )
+    assert out["result"]["rows"] == [
+        {"a": 42, "j": {"k": 1}, "t": "2024-01-02T00:00:00+00:00", "b": True, "s": "12"}
+    ]
 
 
 async def test_bad_param_names_parameter(services, pg_dsn) -> None:
@@ -124,12 +160,18 @@ async def test_timeout_then_pool_still_works(services, pg_dsn) -> None:
 
 async def test_host_fields_form_and_inline_auth(services, pg_dsn) -> None:
     parts = urlsplit(pg_dsn)
-    data = {"host": parts.hostname, "port": parts.port or 5432, "user": parts.username or "postgres",
-            "password": parts.password, "database": parts.path.lstrip("/")}
+    data = {
+        "host": parts.hostname,
+        "port": parts.port or 5432,
+        "user": parts.username or "postgres",
+        "password": parts.password,
+        "database": parts.path.lstrip("/"),
+    }
     out = await pg({"query": "SELECT current_database() AS db"}, services, pg_dsn, keychain={"pg_test": data})
     assert out["result"]["rows"] == [{"db": data["database"]}]
-    out = await get_tool("postgres").run({"auth": {"dsn": pg_dsn}, "query": "SELECT 2 AS two"},
-                                         make_ctx(services=services))
+    out = await get_tool("postgres").run(
+        {"auth": {"dsn": pg_dsn}, "query": "SELECT 2 AS two"}, make_ctx(services=services)
+    )
     assert out["result"]["rows"] == [{"two": 2}]
 
 
@@ -138,8 +180,10 @@ async def test_unreachable_server_is_retryable_and_hides_password(services) -> N
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     dsn = f"postgresql://bob:pw-secret-1@127.0.0.1:{port}/nodb"
-    out = await get_tool("postgres").run({"auth": {"dsn": dsn}, "query": "SELECT 1"},
-                                         make_ctx(services=services, spec={"timeout": {"connect": 2}}))
+    out = await get_tool("postgres").run(
+        {"auth": {"dsn": dsn}, "query": "SELECT 1"},
+        make_ctx(services=services, spec={"timeout": {"connect": 2}}),
+    )
     assert out["error"]["kind"] == "postgres_error" and out["error"]["retryable"] is True
     assert f"127.0.0.1:{port}/nodb" in out["error"]["message"]
     assert "pw-secret" not in json.dumps(out) and "bob" not in out["error"]["message"]

@@ -86,23 +86,30 @@ def test_graph_from_an_events_file_checks_file_against_the_recorded_playbook(
 ) -> None:
     from noetl.dsl.cache import digest_of
 
-    request = {"name": "playbook.execution.requested", "entity_id": "t",
-               "payload": {"playbook": CLEAN, "digest": digest_of(CLEAN), "path": None, "version": None}}
+    request = {
+        "name": "playbook.execution.requested",
+        "entity_id": "t",
+        "payload": {"playbook": CLEAN, "digest": digest_of(CLEAN), "path": None, "version": None},
+    }
     run = tmp_path / "run.json"
     run.write_text(json.dumps({"events": [request, *_events()]}))
-    assert main(["graph", "--events", str(run)]) == 0           # no FILE: the recorded text
+    assert main(["graph", "--events", str(run)]) == 0  # no FILE: the recorded text
     drawn = capsys.readouterr().out
     assert "class s1 failed" in drawn
     assert main(["graph", files["clean"], "--events", str(run)]) == 0
     assert capsys.readouterr().out == drawn
     assert main(["graph", files["warn"], "--events", str(run)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"noetl graph: the execution in {run} ran another playbook (no metadata.path, "
-                          f"digest {digest_of(CLEAN)[:12]}) than {files['warn']} (no metadata.path, digest ")
-    assert err.rstrip().endswith(f"omit FILE to draw the execution's own playbook (noetl graph --events "
-                                 f"{run}), or give the file it ran")
+    assert err.startswith(
+        f"noetl graph: the execution in {run} ran another playbook (no metadata.path, "
+        f"digest {digest_of(CLEAN)[:12]}) than {files['warn']} (no metadata.path, digest "
+    )
+    assert err.rstrip().endswith(
+        f"omit FILE to draw the execution's own playbook (noetl graph --events "
+        f"{run}), or give the file it ran"
+    )
     bare = tmp_path / "bare.json"
-    bare.write_text(json.dumps(_events()))                      # no request event, no FILE
+    bare.write_text(json.dumps(_events()))  # no request event, no FILE
     assert main(["graph", "--events", str(bare)]) == 2
     assert "has no recorded request" in capsys.readouterr().err
     assert main(["graph"]) == 2

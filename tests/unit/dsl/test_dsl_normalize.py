@@ -259,6 +259,8 @@ def test_workbook_task_own_rules_win_and_inherit_on_unmatched() -> None:
 
 
 def test_workbook_template_without_policy_leaves_the_task_without_one() -> None:
-    text = steps("- step: start\n  tool:\n    - {name: t, kind: workbook, task: w}\n",
-                 root="workbook: {tasks: {w: {kind: noop}}}\n")
+    text = steps(
+        "- step: start\n  tool:\n    - {name: t, kind: workbook, task: w}\n",
+        root="workbook: {tasks: {w: {kind: noop}}}\n",
+    )
     assert load_playbook(text).step("start").tool[0].policy is None

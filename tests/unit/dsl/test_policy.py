@@ -51,6 +51,7 @@ def decide(pol: Policy | None, outcome: dict[str, Any], retry_number: int = 1, *
 
 # --- admission -------------------------------------------------------------------------------
 
+
 def test_admit_without_policy_or_verdict_allows() -> None:
     assert admit(None, {}, ENGINE) is True
     assert admit(policy(rule("{{ false }}", allow=False)), {}, ENGINE) is True
@@ -64,8 +65,10 @@ def test_admit_first_truthy_rule_wins() -> None:
 
 
 def test_admit_join_from_the_conformance_case() -> None:
-    pol = policy(rule("{{ ctx.a_done | default(false) and ctx.b_done | default(false) }}", allow=True),
-                 rule(None, allow=False))
+    pol = policy(
+        rule("{{ ctx.a_done | default(false) and ctx.b_done | default(false) }}", allow=True),
+        rule(None, allow=False),
+    )
     assert admit(pol, {"ctx": {"a_done": True}}, ENGINE) is False
     assert admit(pol, {"ctx": {"a_done": True, "b_done": True}}, ENGINE) is True
 
@@ -82,14 +85,20 @@ def test_admit_else_is_the_fallback_wherever_it_is_written() -> None:
 
 
 def test_admit_template_error_names_the_rule() -> None:
-    pol = Policy(rules=(Rule(when="{{ ctx.x.y + 1 }}", then={"allow": True},
-                             path="workflow[3].spec.policy.admit.rules[0]"),))
+    pol = Policy(
+        rules=(
+            Rule(
+                when="{{ ctx.x.y + 1 }}", then={"allow": True}, path="workflow[3].spec.policy.admit.rules[0]"
+            ),
+        )
+    )
     with pytest.raises(TemplateError) as info:
         admit(pol, {"ctx": {}}, ENGINE)
     assert info.value.message.endswith("in workflow[3].spec.policy.admit.rules[0].when")
 
 
 # --- task policy: defaults and do ------------------------------------------------------------
+
 
 def test_no_policy_continues_on_ok_and_fails_on_error() -> None:
     assert decide(None, ok(1)) == Directive(do="continue")
@@ -103,9 +112,11 @@ def test_no_match_without_else_follows_on_unmatched() -> None:
 
 
 def test_first_match_wins_and_reports_which_rule() -> None:
-    pol = policy(rule("{{ outcome.status == 'error' }}", do="fail"),
-                 rule("{{ outcome.result > 1 }}", do="break"),
-                 rule(None, do="continue"))
+    pol = policy(
+        rule("{{ outcome.status == 'error' }}", do="fail"),
+        rule("{{ outcome.result > 1 }}", do="break"),
+        rule(None, do="continue"),
+    )
     assert decide(pol, err()).do == "fail"
     d = decide(pol, ok(5))
     assert (d.do, d.matched, d.rule_index) == ("break", True, 1)
@@ -124,18 +135,34 @@ def test_then_without_do_continues() -> None:
 
 
 def test_jump_carries_its_target() -> None:
-    pol = policy(rule("{{ outcome.status == 'error' and outcome.py.exception_type == 'ValueError' }}",
-                      do="jump", to="fallback"), rule(None, do="break"))
+    pol = policy(
+        rule(
+            "{{ outcome.status == 'error' and outcome.py.exception_type == 'ValueError' }}",
+            do="jump",
+            to="fallback",
+        ),
+        rule(None, do="break"),
+    )
     d = decide(pol, err("python_error", py={"exception_type": "ValueError"}))
     assert (d.do, d.to) == ("jump", "fallback")
 
 
 def test_policy_on_outcome_fields_from_the_conformance_cases() -> None:
-    pol = policy(rule("{{ outcome.status == 'error' and outcome.http.status in [429, 500, 502, 503, 504] }}",
-                      do="retry", attempts=5, backoff="exponential", delay=0.01),
-                 rule("{{ outcome.status == 'error' }}", do="fail"),
-                 rule(None, do="continue", set_ctx={"attempt": "{{ _attempt }}",
-                                                    "call": "{{ outcome.result.data.call }}"}))
+    pol = policy(
+        rule(
+            "{{ outcome.status == 'error' and outcome.http.status in [429, 500, 502, 503, 504] }}",
+            do="retry",
+            attempts=5,
+            backoff="exponential",
+            delay=0.01,
+        ),
+        rule("{{ outcome.status == 'error' }}", do="fail"),
+        rule(
+            None,
+            do="continue",
+            set_ctx={"attempt": "{{ _attempt }}", "call": "{{ outcome.result.data.call }}"},
+        ),
+    )
     assert decide(pol, err(http={"status": 503})).do == "retry"
     assert decide(pol, err(http={"status": 404})).do == "fail"
     d = decide(pol, ok({"data": {"call": 3}}), _attempt=3)
@@ -144,17 +171,25 @@ def test_policy_on_outcome_fields_from_the_conformance_cases() -> None:
 
 # --- retry -----------------------------------------------------------------------------------
 
+
 def test_retry_defaults() -> None:
     d = decide(policy(rule(None, do="retry")), err())
     assert (d.do, d.attempts, d.delay_seconds) == ("retry", 3, 1.0)
 
 
-@pytest.mark.parametrize(("backoff", "k", "expected"), [
-    ("none", 1, 2.0), ("none", 4, 2.0),
-    ("fixed", 3, 2.0),
-    ("linear", 1, 2.0), ("linear", 3, 6.0),
-    ("exponential", 1, 2.0), ("exponential", 2, 4.0), ("exponential", 4, 16.0),
-])
+@pytest.mark.parametrize(
+    ("backoff", "k", "expected"),
+    [
+        ("none", 1, 2.0),
+        ("none", 4, 2.0),
+        ("fixed", 3, 2.0),
+        ("linear", 1, 2.0),
+        ("linear", 3, 6.0),
+        ("exponential", 1, 2.0),
+        ("exponential", 2, 4.0),
+        ("exponential", 4, 16.0),
+    ],
+)
 def test_backoff_kinds(backoff: str, k: int, expected: float) -> None:
     d = decide(policy(rule(None, do="retry", attempts=10, backoff=backoff, delay=2)), err(), retry_number=k)
     assert d.delay_seconds == expected
@@ -169,7 +204,7 @@ def test_max_delay_caps_the_backoff() -> None:
 def test_exponential_backoff_does_not_overflow() -> None:
     assert backoff_delay("exponential", 1.0, 5000, max_delay=30.0) == 30.0
     assert backoff_delay("exponential", 0.0, 5000) == 0.0
-    assert backoff_delay("linear", 1.0, 0) == 1.0          # retry numbers start at 1
+    assert backoff_delay("linear", 1.0, 0) == 1.0  # retry numbers start at 1
     with pytest.raises(ValueError):
         backoff_delay("random", 1.0, 1)
 
@@ -181,14 +216,23 @@ def test_delay_may_be_a_template_read_from_the_outcome() -> None:
 
 
 def test_attempts_and_max_delay_may_be_templates() -> None:
-    pol = policy(rule(None, do="retry", attempts="{{ workload.tries }}", delay=10,
-                      max_delay="{{ workload.cap }}"))
+    pol = policy(
+        rule(None, do="retry", attempts="{{ workload.tries }}", delay=10, max_delay="{{ workload.cap }}")
+    )
     d = decide(pol, err(), workload={"tries": 7, "cap": 3})
     assert (d.attempts, d.delay_seconds) == (7, 3.0)
 
 
-@pytest.mark.parametrize(("field", "value"), [("delay", "soon"), ("delay", "{{ none }}"), ("attempts", 0),
-                                              ("attempts", "{{ 'x' }}"), ("max_delay", [1])])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("delay", "soon"),
+        ("delay", "{{ none }}"),
+        ("attempts", 0),
+        ("attempts", "{{ 'x' }}"),
+        ("max_delay", [1]),
+    ],
+)
 def test_bad_retry_numbers_are_template_errors_naming_the_field(field: str, value: Any) -> None:
     pol = Policy(rules=(Rule(when=None, then={"do": "retry", field: value}, path=f"{RULES_PATH}.rules[0]"),))
     with pytest.raises(TemplateError) as info:
@@ -203,11 +247,21 @@ def test_delay_is_not_evaluated_unless_retrying() -> None:
 
 # --- set_ctx / set_iter ----------------------------------------------------------------------
 
+
 def test_patches_are_rendered_against_the_context_before_any_patch() -> None:
-    pol = policy(rule(None, do="jump", to="fetch",
-                      set_ctx={"n": "{{ ctx.n + 1 }}", "old_n": "{{ ctx.n }}", "page": "{{ iter.page }}"},
-                      set_iter={"page": "{{ (iter.page | int) + 1 }}", "seen_n": "{{ ctx.n }}",
-                                "pages": "{{ (iter.pages | default(1)) + 1 }}"}))
+    pol = policy(
+        rule(
+            None,
+            do="jump",
+            to="fetch",
+            set_ctx={"n": "{{ ctx.n + 1 }}", "old_n": "{{ ctx.n }}", "page": "{{ iter.page }}"},
+            set_iter={
+                "page": "{{ (iter.page | int) + 1 }}",
+                "seen_n": "{{ ctx.n }}",
+                "pages": "{{ (iter.pages | default(1)) + 1 }}",
+            },
+        )
+    )
     d = decide(pol, ok(), ctx={"n": 1}, iter={"page": 4})
     assert d.set_ctx == {"n": 2, "old_n": 1, "page": 4}
     assert d.set_iter == {"page": 5, "seen_n": 1, "pages": 2}
@@ -220,12 +274,20 @@ def test_patch_keys_are_not_rendered_and_values_keep_native_types() -> None:
 
 
 def test_patch_template_error_names_its_path() -> None:
-    pol = Policy(rules=(Rule(when=None, then={"set_ctx": {"x": "{{ iter.pge }}"}}, path="workflow[1].tool[2]"
-                             ".spec.policy.rules[0]"),))
+    pol = Policy(
+        rules=(
+            Rule(
+                when=None,
+                then={"set_ctx": {"x": "{{ iter.pge }}"}},
+                path="workflow[1].tool[2].spec.policy.rules[0]",
+            ),
+        )
+    )
     with pytest.raises(TemplateError) as info:
         decide(pol, ok())
-    assert info.value.message == ("'iter.pge' is undefined (iter is empty) in "
-                                  "workflow[1].tool[2].spec.policy.rules[0].then.set_ctx.x")
+    assert info.value.message == (
+        "'iter.pge' is undefined (iter is empty) in workflow[1].tool[2].spec.policy.rules[0].then.set_ctx.x"
+    )
 
 
 def test_patch_that_renders_to_a_non_mapping_is_an_error() -> None:
@@ -240,6 +302,7 @@ def test_when_template_errors_name_the_rule_path() -> None:
 
 
 # --- apply_patch -----------------------------------------------------------------------------
+
 
 def test_apply_patch_replaces_top_level_keys_and_does_not_mutate() -> None:
     target = {"a": {"x": 1}, "b": [1], "keep": True}
@@ -264,13 +327,16 @@ def test_apply_patch_applies_keys_in_order() -> None:
     assert apply_patch({}, {"a.j": 2, "a": {"k": 1}}) == {"a": {"k": 1}}
 
 
-@given(st.dictionaries(st.text(alphabet="abc", max_size=3), st.integers(), max_size=5),
-       st.dictionaries(st.text(alphabet="abc", max_size=3), st.integers(), max_size=5))
+@given(
+    st.dictionaries(st.text(alphabet="abc", max_size=3), st.integers(), max_size=5),
+    st.dictionaries(st.text(alphabet="abc", max_size=3), st.integers(), max_size=5),
+)
 def test_apply_patch_without_dots_is_dict_update(target: dict[str, int], patch: dict[str, int]) -> None:
     assert apply_patch(target, patch) == {**target, **patch}
 
 
 # --- arcs ------------------------------------------------------------------------------------
+
 
 def arcs(*items: Arc, mode: str = "exclusive") -> Next:
     return Next(mode=mode, arcs=items, path="workflow[3].next")  # type: ignore[arg-type]
@@ -285,15 +351,23 @@ def test_no_next_fires_nothing() -> None:
 
 
 def test_exclusive_fires_the_first_match_only() -> None:
-    nxt = arcs(arc("first", "{{ workload.mode == 'b' }}"), arc("second", "{{ workload.mode == 'b' }}"),
-               arc("fallback"))
+    nxt = arcs(
+        arc("first", "{{ workload.mode == 'b' }}"),
+        arc("second", "{{ workload.mode == 'b' }}"),
+        arc("fallback"),
+    )
     assert evaluate_arcs(nxt, {"workload": {"mode": "b"}}, ENGINE) == [FiredArc(0, "first", {})]
     assert evaluate_arcs(nxt, {"workload": {"mode": "z"}}, ENGINE) == [FiredArc(2, "fallback", {})]
 
 
 def test_inclusive_fires_every_match() -> None:
-    nxt = arcs(arc("left", "{{ workload.n > 1 }}"), arc("right", "{{ workload.n > 2 }}"),
-               arc("never", "{{ workload.n > 100 }}"), arc("always"), mode="inclusive")
+    nxt = arcs(
+        arc("left", "{{ workload.n > 1 }}"),
+        arc("right", "{{ workload.n > 2 }}"),
+        arc("never", "{{ workload.n > 100 }}"),
+        arc("always"),
+        mode="inclusive",
+    )
     fired = evaluate_arcs(nxt, {"workload": {"n": 5}}, ENGINE)
     assert [(f.index, f.step) for f in fired] == [(0, "left"), (1, "right"), (3, "always")]
 
@@ -303,9 +377,11 @@ def test_nothing_matches() -> None:
 
 
 def test_args_are_rendered_natively_and_only_for_arcs_that_fire() -> None:
-    nxt = arcs(arc("no", "{{ false }}", {"boom": "{{ missing.x }}"}),
-               arc("yes", None, {"n": 41, "label": "x-{{ workload.suffix }}", "r": "{{ event.result }}"}),
-               arc("later", "{{ missing.y }}", {"boom": "{{ missing.x }}"}))
+    nxt = arcs(
+        arc("no", "{{ false }}", {"boom": "{{ missing.x }}"}),
+        arc("yes", None, {"n": 41, "label": "x-{{ workload.suffix }}", "r": "{{ event.result }}"}),
+        arc("later", "{{ missing.y }}", {"boom": "{{ missing.x }}"}),
+    )
     fired = evaluate_arcs(nxt, {"workload": {"suffix": "y"}, "event": {"result": [2]}}, ENGINE)
     assert fired == [FiredArc(1, "yes", {"n": 41, "label": "x-y", "r": [2]})]
 
@@ -323,14 +399,19 @@ def test_arc_template_errors_name_the_arc_path() -> None:
     nxt = arcs(arc("a", "{{ false }}"), arc("b", "{{ event.error.kind.x + 1 }}"))
     with pytest.raises(TemplateError) as info:
         evaluate_arcs(nxt, {"event": {}}, ENGINE)
-    assert info.value.message == ("'event.error.kind.x' is undefined (event.error is undefined; "
-                                  "event is empty) in workflow[3].next.arcs[1].when")
-    nxt = Next(mode="exclusive", arcs=(Arc(step="a", when=None, args={"x": "{{ nope }}"},
-                                           path="workflow[3].next.arcs[0]"),))
+    assert info.value.message == (
+        "'event.error.kind.x' is undefined (event.error is undefined; "
+        "event is empty) in workflow[3].next.arcs[1].when"
+    )
+    nxt = Next(
+        mode="exclusive",
+        arcs=(Arc(step="a", when=None, args={"x": "{{ nope }}"}, path="workflow[3].next.arcs[0]"),),
+    )
     with pytest.raises(TemplateError) as info:
         evaluate_arcs(nxt, {}, ENGINE)
-    assert info.value.message == ("'nope' is undefined (nothing is defined here) in "
-                                  "workflow[3].next.arcs[0].args.x")
+    assert info.value.message == (
+        "'nope' is undefined (nothing is defined here) in workflow[3].next.arcs[0].args.x"
+    )
 
 
 def test_undefined_when_is_an_error_not_false() -> None:
@@ -338,9 +419,22 @@ def test_undefined_when_is_an_error_not_false() -> None:
         evaluate_arcs(arcs(arc("a", "{{ event.nope }}")), {"event": {}}, ENGINE)
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (True, True), (False, False), (None, False), (0, False), (1, True), ("", False), ("false", True),
-    ([], False), ([0], True), ({}, False), ({"a": 1}, True), (0.0, False),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (True, True),
+        (False, False),
+        (None, False),
+        (0, False),
+        (1, True),
+        ("", False),
+        ("false", True),
+        ([], False),
+        ([0], True),
+        ({}, False),
+        ({"a": 1}, True),
+        (0.0, False),
+    ],
+)
 def test_truthy_is_python_truthiness(value: Any, expected: bool) -> None:
     assert truthy(value) is expected

@@ -23,26 +23,41 @@ def task(kind: str = "http", spec: dict[str, Any] | None = None) -> Task:
     return Task(name="call", kind=kind, config={}, spec=spec or {}, policy=None)
 
 
-def step(spec: dict[str, Any] | None = None, loop_spec: dict[str, Any] | None = None,
-         tool: tuple[Task, ...] = ()) -> Step:
+def step(
+    spec: dict[str, Any] | None = None, loop_spec: dict[str, Any] | None = None, tool: tuple[Task, ...] = ()
+) -> Step:
     loop = None if loop_spec is None else Loop(in_="{{ workload.xs }}", iterator="x", spec=loop_spec)
-    return Step(name="s", desc=None, spec=spec or {}, admit=None, failure_mode="fail_fast", loop=loop,
-                tool=tool, next=None)
+    return Step(
+        name="s",
+        desc=None,
+        spec=spec or {},
+        admit=None,
+        failure_mode="fail_fast",
+        loop=loop,
+        tool=tool,
+        next=None,
+    )
 
 
 def playbook(executor_spec: dict[str, Any] | None = None) -> Playbook:
     executor = {} if executor_spec is None else {"spec": executor_spec}
-    return Playbook(metadata=Metadata(name="t"), keychain=(), executor=executor, workload={},
-                    workflow=(), workbook={})
+    return Playbook(
+        metadata=Metadata(name="t"), keychain=(), executor=executor, workload={}, workflow=(), workbook={}
+    )
 
 
 # --- deep_merge ------------------------------------------------------------------------------
 
+
 def test_scalars_from_over_win_maps_merge_lists_replace() -> None:
     base = {"a": 1, "m": {"x": 1, "y": {"p": 1}}, "l": [1, 2], "keep": "k"}
     over = {"a": 2, "m": {"y": {"q": 2}, "z": 3}, "l": [3]}
-    assert deep_merge(base, over) == {"a": 2, "m": {"x": 1, "y": {"p": 1, "q": 2}, "z": 3}, "l": [3],
-                                      "keep": "k"}
+    assert deep_merge(base, over) == {
+        "a": 2,
+        "m": {"x": 1, "y": {"p": 1, "q": 2}, "z": 3},
+        "l": [3],
+        "keep": "k",
+    }
 
 
 def test_none_and_type_changes_replace() -> None:
@@ -78,11 +93,12 @@ def test_merge_properties(base: dict[str, Any], over: dict[str, Any]) -> None:
     for key, value in over.items():
         if not (isinstance(value, dict) and isinstance(base.get(key), dict)):
             assert out[key] == value
-    assert deep_merge(out, over) == out                    # laying the same layer again changes nothing
+    assert deep_merge(out, over) == out  # laying the same layer again changes nothing
     assert deep_merge({}, base) == base and deep_merge(base, {}) == base
 
 
 # --- defaults --------------------------------------------------------------------------------
+
 
 def test_kind_defaults() -> None:
     assert KIND_DEFAULTS["http"]["timeout"] == {"connect": 10, "read": 30}
@@ -106,12 +122,16 @@ def test_returned_specs_do_not_alias_the_defaults() -> None:
 
 # --- layering --------------------------------------------------------------------------------
 
+
 def test_each_inner_scope_wins() -> None:
     pb = playbook({"timeout": {"read": 1}, "knob": "executor", "only_exec": 1})
     st_ = step({"timeout": {"read": 2}, "knob": "step"}, loop_spec={"timeout": {"read": 3}, "knob": "loop"})
     assert effective_task_spec(pb, st_, task(spec={"knob": "task"})) == {
-        "timeout": {"connect": 10, "read": 3}, "knob": "task", "only_exec": 1,
-        "max_task_runs": 10_000, "policy": {"limits": {"max_payload_bytes": 65_536}},
+        "timeout": {"connect": 10, "read": 3},
+        "knob": "task",
+        "only_exec": 1,
+        "max_task_runs": 10_000,
+        "policy": {"limits": {"max_payload_bytes": 65_536}},
     }
     assert effective_task_spec(pb, st_, task())["knob"] == "loop"
     assert effective_task_spec(pb, step({"knob": "step"}), task())["knob"] == "step"
@@ -129,20 +149,34 @@ def test_conformance_spec_layering_timeout() -> None:
 
 
 def test_only_limits_flow_out_of_outer_policies() -> None:
-    pb = playbook({"policy": {"limits": {"max_payload_bytes": 1000},
-                              "admit": {"rules": [{"else": {"then": {"allow": False}}}]},
-                              "failure": {"mode": "best_effort"},
-                              "rules": [{"else": {"then": {"do": "fail"}}}]}})
-    st_ = step({"policy": {"admit": {"rules": []}, "failure": {"mode": "fail_fast"}}},
-               loop_spec={"policy": {"mode": "parallel", "rules": []}})
+    pb = playbook(
+        {
+            "policy": {
+                "limits": {"max_payload_bytes": 1000},
+                "admit": {"rules": [{"else": {"then": {"allow": False}}}]},
+                "failure": {"mode": "best_effort"},
+                "rules": [{"else": {"then": {"do": "fail"}}}],
+            }
+        }
+    )
+    st_ = step(
+        {"policy": {"admit": {"rules": []}, "failure": {"mode": "fail_fast"}}},
+        loop_spec={"policy": {"mode": "parallel", "rules": []}},
+    )
     spec = effective_task_spec(pb, st_, task(spec={"policy": {"rules": []}}))
     assert spec["policy"] == {"limits": {"max_payload_bytes": 1000}}
     assert effective_step_spec(pb, st_)["policy"] == {"limits": {"max_payload_bytes": 1000}}
 
 
 def test_executor_without_spec_or_with_odd_values() -> None:
-    pb = Playbook(metadata=Metadata(name="t"), keychain=(), executor={"spec": None}, workload={},
-                  workflow=(), workbook={})
+    pb = Playbook(
+        metadata=Metadata(name="t"),
+        keychain=(),
+        executor={"spec": None},
+        workload={},
+        workflow=(),
+        workbook={},
+    )
     assert effective_task_spec(pb, step(), task("noop")) == KIND_DEFAULTS["noop"]
 
 

@@ -6,13 +6,16 @@ from tests.unit.engine.helpers import Driver
 
 HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: t}\n"
 
-CYCLE = HEAD + """
+CYCLE = (
+    HEAD
+    + """
 executor: {spec: {policy: {limits: {max_step_runs: 50}}}}
 workflow:
   - step: start
     tool: {kind: noop}
     next: {arcs: [{step: start}]}
 """
+)
 
 
 def test_an_arc_cycle_stops_at_max_step_runs() -> None:
@@ -33,13 +36,16 @@ def test_the_default_limit_applies_without_a_setting() -> None:
     assert d.names().count("step.scheduled") == 10_000
 
 
-LOOP = HEAD + """
+LOOP = (
+    HEAD
+    + """
 executor: {spec: {policy: {limits: {max_loop_items: 10}}}}
 workflow:
   - step: start
     loop: {in: "{{ range(N) | list }}", iterator: i}
     tool: {kind: noop}
 """
+)
 
 
 def test_a_loop_over_max_loop_items_fails_before_any_iteration() -> None:
@@ -50,13 +56,16 @@ def test_a_loop_over_max_loop_items_fails_before_any_iteration() -> None:
     assert ok.state.status == "success"
 
 
-BYTES = HEAD + """
+BYTES = (
+    HEAD
+    + """
 executor: {spec: {policy: {limits: {max_event_bytes: 20000}}}}
 workflow:
   - step: start
     loop: {in: "{{ range(1000) | list }}", iterator: i, spec: {mode: parallel, max_in_flight: 4}}
     tool: {kind: noop}
 """
+)
 
 
 def test_event_bytes_past_the_limit_fail_the_execution_and_start_nothing_new() -> None:

@@ -44,7 +44,10 @@ def test_one_command_carries_the_loop_and_its_iterations_end_it() -> None:
     d = Driver(LOCAL.replace("MODE", "fail_fast"))
     (cmd,) = d.commands
     assert cmd["index"] is None and cmd["local"] == {
-        "items": [0, 1, 2, 3, 4], "iterator": "i", "max_in_flight": 2, "fail_fast": True
+        "items": [0, 1, 2, 3, 4],
+        "iterator": "i",
+        "max_in_flight": 2,
+        "fail_fast": True,
     }
     for i in (1, 0, 4, 2):
         d.feed(_iteration(cmd, i))

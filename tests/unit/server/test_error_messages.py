@@ -40,8 +40,10 @@ async def test_python_error_names_task_step_line_and_code(bus, services) -> None
     assert out["status"] == "failed"
     err = out["error"]
     assert err["kind"] == "python_error"  # arcs route on the kind: unchanged
-    assert err["message"] == ("KeyError: 'amount' (task 'compute' of step 'start', line 3 of the task's "
-                              "code: total = row['amount'] * price)")
+    assert err["message"] == (
+        "KeyError: 'amount' (task 'compute' of step 'start', line 3 of the task's "
+        "code: total = row['amount'] * price)"
+    )
     assert err["line"] == 3
     lines = PY_FAILS.splitlines()
     assert lines[err["playbook_line"] - 1].strip() == "total = row['amount'] * price"
@@ -78,22 +80,23 @@ async def test_undefined_iter_attribute_lists_what_iter_has(bus, services) -> No
     assert out["status"] == "failed"
     err = out["error"]
     assert err["kind"] == "template_error"
-    assert err["message"] == ("'iter.num' is undefined (iter has: index, n) in "
-                              "workflow[0].tool[0].result.value")
+    assert err["message"] == (
+        "'iter.num' is undefined (iter has: index, n) in workflow[0].tool[0].result.value"
+    )
     shown = summary(out, "iter_undefined.yaml", ITER_UNDEFINED)
     line = ITER_UNDEFINED.splitlines().index('          value: "{{ iter.num }}"') + 1
     assert f"\n  at iter_undefined.yaml:{line}" in shown
 
 
-async def test_undefined_top_level_name_lists_the_namespaces_never_values(
-    bus, services
-) -> None:
+async def test_undefined_top_level_name_lists_the_namespaces_never_values(bus, services) -> None:
     text = ITER_UNDEFINED.replace("{{ iter.num }}", "{{ itr.num }}")
     out = await _run(bus, text)
     message = out["error"]["message"]
-    assert message == ("'itr.num' is undefined (itr is undefined; defined here: args, ctx, execution_id, "
-                       "iter, keychain, workload, _attempt, _prev, _task) in "
-                       "workflow[0].tool[0].result.value")
+    assert message == (
+        "'itr.num' is undefined (itr is undefined; defined here: args, ctx, execution_id, "
+        "iter, keychain, workload, _attempt, _prev, _task) in "
+        "workflow[0].tool[0].result.value"
+    )
     # on the server too: an arc's args see event, not iter
     routed = """
 apiVersion: noetl.io/v2
@@ -109,6 +112,8 @@ workflow:
 """
     out = await _run(bus, routed)
     message = out["error"]["message"]
-    assert message == ("'event.result.total' is undefined (event.result is an int, not a mapping) in "
-                       "workflow[0].next.arcs[0].args.x")
+    assert message == (
+        "'event.result.total' is undefined (event.result is an int, not a mapping) in "
+        "workflow[0].next.arcs[0].args.x"
+    )
     assert "s3cr3t" not in message

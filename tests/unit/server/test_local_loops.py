@@ -14,8 +14,10 @@ from noetl.client.run import run_and_wait
 
 
 def loop(mode: str, *, fail_at: int | None = None, failure: str = "fail_fast", n: int = 40) -> str:
-    spec = "{mode: parallel, max_in_flight: 8, policy: {exec: local}}" if mode == "parallel" else (
-        "{policy: {exec: local}}"
+    spec = (
+        "{mode: parallel, max_in_flight: 8, policy: {exec: local}}"
+        if mode == "parallel"
+        else ("{policy: {exec: local}}")
     )
     code = (
         f"def main(i):\n              if i == {fail_at}:\n                  raise ValueError('bad item')\n"

@@ -10,8 +10,9 @@ async def run(config, spec=None, services=None):
 
 
 async def test_rows_as_mappings() -> None:
-    out = await run({"query": "SELECT 40 + 2 AS answer, 'x' AS letter UNION ALL SELECT 1, 'y' "
-                              "ORDER BY answer DESC"})
+    out = await run(
+        {"query": "SELECT 40 + 2 AS answer, 'x' AS letter UNION ALL SELECT 1, 'y' ORDER BY answer DESC"}
+    )
     rows = [{"answer": 42, "letter": "x"}, {"answer": 1, "letter": "y"}]
     assert out == {"status": "ok", "result": {"rows": rows, "columns": ["answer", "letter"], "rowcount": 2}}
 
@@ -29,9 +30,12 @@ async def test_positional_params() -> None:
 
 
 async def test_script_returns_last_statement_rows() -> None:
-    out = await run({"command": "CREATE TABLE t (a INT); INSERT INTO t VALUES ($a), ($b); "
-                                "SELECT sum(a) AS s FROM t",
-                     "params": {"a": 1, "b": 2}})
+    out = await run(
+        {
+            "command": "CREATE TABLE t (a INT); INSERT INTO t VALUES ($a), ($b); SELECT sum(a) AS s FROM t",
+            "params": {"a": 1, "b": 2},
+        }
+    )
     assert out["result"] == {"rows": [{"s": 3}], "columns": ["s"], "rowcount": 1}
 
 
@@ -41,11 +45,15 @@ async def test_dml_rowcount() -> None:
 
 
 async def test_values_are_json_safe() -> None:
-    out = await run({"query": "SELECT 1.50::DECIMAL(10,2) AS d, 2.00::DECIMAL(10,2) AS i, "
-                              "DATE '2024-01-02' AS day, TIMESTAMP '2024-01-02 03:04:05' AS ts, "
-                              "TIMESTAMPTZ '2024-01-02 03:04:05+02' AS tz, '\\xAA'::BLOB AS b, "
-                              "{'k': [1, 2]} AS s, 'nan'::DOUBLE AS f, INTERVAL 90 SECOND AS iv, "
-                              "[TIMESTAMPTZ '2024-01-02 00:00:00+00'] AS tzs"})
+    out = await run(
+        {
+            "query": "SELECT 1.50::DECIMAL(10,2) AS d, 2.00::DECIMAL(10,2) AS i, "
+            "DATE '2024-01-02' AS day, TIMESTAMP '2024-01-02 03:04:05' AS ts, "
+            "TIMESTAMPTZ '2024-01-02 03:04:05+02' AS tz, '\\xAA'::BLOB AS b, "
+            "{'k': [1, 2]} AS s, 'nan'::DOUBLE AS f, INTERVAL 90 SECOND AS iv, "
+            "[TIMESTAMPTZ '2024-01-02 00:00:00+00'] AS tzs"
+        }
+    )
     row = out["result"]["rows"][0]
     assert row["d"] == 1.5 and row["i"] == 2 and isinstance(row["i"], int)
     assert row["day"] == "2024-01-02"
@@ -75,8 +83,9 @@ async def test_file_database_is_shared_between_tasks(tmp_path) -> None:
     spec = {"database": str(tmp_path / "db.duckdb")}
     try:
         await run({"command": "CREATE TABLE t AS SELECT 7 AS a"}, spec=spec, services=services)
-        outs = await asyncio.gather(*[run({"query": "SELECT a FROM t"}, spec=spec, services=services)
-                                      for _ in range(4)])
+        outs = await asyncio.gather(
+            *[run({"query": "SELECT a FROM t"}, spec=spec, services=services) for _ in range(4)]
+        )
         assert all(o["result"]["rows"] == [{"a": 7}] for o in outs)
     finally:
         services["duckdb"].close()

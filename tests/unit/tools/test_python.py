@@ -14,8 +14,9 @@ async def run(config, spec=None, origin=None):
 
 
 async def test_main_called_with_args() -> None:
-    out = await run({"code": "def main(a, b):\n    return {'sum': a + b, 't': (a, b)}",
-                     "args": {"a": 1, "b": 2}})
+    out = await run(
+        {"code": "def main(a, b):\n    return {'sum': a + b, 't': (a, b)}", "args": {"a": 1, "b": 2}}
+    )
     assert out == {"status": "ok", "result": {"sum": 3, "t": [1, 2]}}
 
 
@@ -44,7 +45,8 @@ async def test_syntax_error_is_python_error() -> None:
     assert out["py"]["exception_type"] == "SyntaxError"
     assert out["py"]["line"] == 1
     assert out["error"]["message"].endswith(
-        " (task 't' of step 'start', line 1 of the task's code: def main(:)")
+        " (task 't' of step 'start', line 1 of the task's code: def main(:)"
+    )
 
 
 PLAYBOOK = """workflow:
@@ -67,12 +69,12 @@ async def test_error_message_names_task_step_line_and_the_code_line() -> None:
     assert out["error"] == {
         "kind": "python_error",
         "message": "KeyError: 'amount' (task 't' of step 'start', line 3 of the task's code: "
-                   "total = row['amount'] * price)",
+        "total = row['amount'] * price)",
         "retryable": False,
         "line": 3,
         "playbook_line": 10,
     }
-    assert out["py"] == {"exception_type": "KeyError", "line": 3}   # unchanged
+    assert out["py"] == {"exception_type": "KeyError", "line": 3}  # unchanged
 
 
 async def test_error_without_origin_has_no_playbook_line_and_long_lines_are_cut() -> None:
@@ -80,7 +82,8 @@ async def test_error_without_origin_has_no_playbook_line_and_long_lines_are_cut(
     out = await run({"code": code})
     message = out["error"]["message"]
     assert message.startswith(
-        "KeyError: 'b' (task 't' of step 'start', line 2 of the task's code: y = x['b'] + 1")
+        "KeyError: 'b' (task 't' of step 'start', line 2 of the task's code: y = x['b'] + 1"
+    )
     assert message.endswith("...)") and len(message) < 260
     assert "playbook_line" not in out["error"]
 
@@ -94,11 +97,11 @@ def test_playbook_line_of_block_and_one_line_code() -> None:
 
 def test_playbook_line_is_none_when_the_text_does_not_map_line_for_line() -> None:
     folded = PLAYBOOK.replace("code: |", "code: >")
-    assert playbook_line(folded, 4, CODE, 3) is None               # the lines there are other text
-    escaped = "tool:\n  - name: t\n    code: \"a = 1\\nb = c\"\n"
+    assert playbook_line(folded, 4, CODE, 3) is None  # the lines there are other text
+    escaped = 'tool:\n  - name: t\n    code: "a = 1\\nb = c"\n'
     assert playbook_line(escaped, 2, "a = 1\nb = c", 2) is None
-    assert playbook_line(PLAYBOOK, 4, CODE, 9) is None             # no such code line
-    assert playbook_line(PLAYBOOK, 4, "other = 1\n", 1) is None     # not this task's code
+    assert playbook_line(PLAYBOOK, 4, CODE, 9) is None  # no such code line
+    assert playbook_line(PLAYBOOK, 4, "other = 1\n", 1) is None  # not this task's code
 
 
 async def test_system_exit_does_not_escape() -> None:
@@ -140,6 +143,7 @@ async def test_timeout_stops_a_busy_loop() -> None:
     # the interrupted thread ends by itself
     await asyncio.sleep(0.2)
     import threading
+
     assert not [t for t in threading.enumerate() if t.name == "noetl-python-t"]
 
 

@@ -39,14 +39,49 @@ def T(name: str, kind: str = "scalar") -> SimpleNamespace:
 
 
 def test_coerce_params_to_statement_types() -> None:
-    types = (T("int4"), T("text"), T("numeric"), T("bool"), T("jsonb"), T("jsonb"), T("timestamptz"),
-             T("date"), T("uuid"), T("int4[]", "array"), T("float8"), T("int8"))
-    values = ["1", 2, "1.50", "yes", '{"a": 1}', "not json", "2024-01-02T03:04:05+00:00", "2024-01-02",
-              "12345678-1234-5678-1234-567812345678", ["1", 2], "2.5", None]
+    types = (
+        T("int4"),
+        T("text"),
+        T("numeric"),
+        T("bool"),
+        T("jsonb"),
+        T("jsonb"),
+        T("timestamptz"),
+        T("date"),
+        T("uuid"),
+        T("int4[]", "array"),
+        T("float8"),
+        T("int8"),
+    )
+    values = [
+        "1",
+        2,
+        "1.50",
+        "yes",
+        '{"a": 1}',
+        "not json",
+        "2024-01-02T03:04:05+00:00",
+        "2024-01-02",
+        "12345678-1234-5678-1234-567812345678",
+        ["1", 2],
+        "2.5",
+        None,
+    ]
     out = coerce_params(values, types)
-    assert out == [1, "2", Decimal("1.50"), True, {"a": 1}, "not json",
-                   dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC), dt.date(2024, 1, 2),
-                   uuid.UUID("12345678-1234-5678-1234-567812345678"), [1, 2], 2.5, None]
+    assert out == [
+        1,
+        "2",
+        Decimal("1.50"),
+        True,
+        {"a": 1},
+        "not json",
+        dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+        dt.date(2024, 1, 2),
+        uuid.UUID("12345678-1234-5678-1234-567812345678"),
+        [1, 2],
+        2.5,
+        None,
+    ]
 
 
 def test_coerce_error_names_parameter_not_value() -> None:
@@ -62,10 +97,24 @@ def test_coerce_count_mismatch() -> None:
 
 
 def test_json_safe() -> None:
-    value = {"d": Decimal("2.0"), "f": Decimal("2.5"), "n": Decimal("NaN"), "u": uuid.UUID(int=1),
-             "t": dt.time(1, 2), "b": b"\x00\x01", "l": (1, {2: float("inf")})}
-    assert json_safe(value) == {"d": 2, "f": 2.5, "n": "NaN", "u": "00000000-0000-0000-0000-000000000001",
-                                "t": "01:02:00", "b": "AAE=", "l": [1, {"2": "Infinity"}]}
+    value = {
+        "d": Decimal("2.0"),
+        "f": Decimal("2.5"),
+        "n": Decimal("NaN"),
+        "u": uuid.UUID(int=1),
+        "t": dt.time(1, 2),
+        "b": b"\x00\x01",
+        "l": (1, {2: float("inf")}),
+    }
+    assert json_safe(value) == {
+        "d": 2,
+        "f": 2.5,
+        "n": "NaN",
+        "u": "00000000-0000-0000-0000-000000000001",
+        "t": "01:02:00",
+        "b": "AAE=",
+        "l": [1, {"2": "Infinity"}],
+    }
 
 
 def test_strict_json() -> None:

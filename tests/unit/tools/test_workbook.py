@@ -6,8 +6,12 @@ from noetl.dsl.errors import ToolError
 from noetl.worker.tools.workbook import resolve_workbook
 
 TASKS: dict[str, dict[str, Any]] = {
-    "fetch": {"kind": "http", "url": "http://x/a", "headers": {"A": "1", "B": "2"},
-              "spec": {"timeout": 5, "policy": {"rules": [{"else": {"then": {"do": "continue"}}}]}}},
+    "fetch": {
+        "kind": "http",
+        "url": "http://x/a",
+        "headers": {"A": "1", "B": "2"},
+        "spec": {"timeout": 5, "policy": {"rules": [{"else": {"then": {"do": "continue"}}}]}},
+    },
     "fetch_b": {"kind": "workbook", "task": "fetch", "headers": {"B": "3"}},
     "loop_a": {"kind": "workbook", "task": "loop_b"},
     "loop_b": {"kind": "workbook", "task": "loop_a"},
@@ -16,11 +20,21 @@ TASKS: dict[str, dict[str, Any]] = {
 
 def test_caller_fields_win_maps_merge_lists_replace() -> None:
     kind, fields = resolve_workbook(
-        {"kind": "workbook", "task": "fetch", "headers": {"B": "x"},
-         "spec": {"policy": {"rules": [{"else": {"then": {"do": "fail"}}}]}}}, "workbook", TASKS)
+        {
+            "kind": "workbook",
+            "task": "fetch",
+            "headers": {"B": "x"},
+            "spec": {"policy": {"rules": [{"else": {"then": {"do": "fail"}}}]}},
+        },
+        "workbook",
+        TASKS,
+    )
     assert kind == "http"
-    assert fields == {"url": "http://x/a", "headers": {"A": "1", "B": "x"},
-                      "spec": {"timeout": 5, "policy": {"rules": [{"else": {"then": {"do": "fail"}}}]}}}
+    assert fields == {
+        "url": "http://x/a",
+        "headers": {"A": "1", "B": "x"},
+        "spec": {"timeout": 5, "policy": {"rules": [{"else": {"then": {"do": "fail"}}}]}},
+    }
 
 
 def test_template_is_not_mutated() -> None:

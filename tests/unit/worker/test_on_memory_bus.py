@@ -65,7 +65,9 @@ async def run(text: str, *, cancel_after: int | None = None) -> tuple[Driver, li
     return d, worker_events
 
 
-PIPELINE = HEAD + """
+PIPELINE = (
+    HEAD
+    + """
 workflow:
   - step: start
     tool:
@@ -82,6 +84,7 @@ workflow:
         kind: noop
         result: "{{ a + 1 }}"
 """
+)
 
 
 async def test_a_pipeline_runs_and_its_ctx_patch_reaches_the_engine() -> None:
@@ -89,12 +92,19 @@ async def test_a_pipeline_runs_and_its_ctx_patch_reaches_the_engine() -> None:
     d, events = await run(PIPELINE)
     assert d.state.status == "success" and d.state.result == 21 and d.state.ctx == {"got": 20}
     assert [e["name"] for e in events] == [
-        "step.started", "task.started", "task.done", "task.started", "task.done", "step.done"
+        "step.started",
+        "task.started",
+        "task.done",
+        "task.started",
+        "task.done",
+        "step.done",
     ]
     assert time.perf_counter() - began < 5
 
 
-RETRY = HEAD + """
+RETRY = (
+    HEAD
+    + """
 workflow:
   - step: start
     tool:
@@ -113,6 +123,7 @@ workflow:
                 then: {do: retry, attempts: 5, delay: 0}
               - else: {then: {do: continue}}
 """
+)
 
 
 async def test_retry_runs_the_task_again_on_the_worker() -> None:
@@ -122,7 +133,9 @@ async def test_retry_runs_the_task_again_on_the_worker() -> None:
 
 
 def loop(exec_: str) -> str:
-    return HEAD + f"""
+    return (
+        HEAD
+        + f"""
 workflow:
   - step: start
     loop:
@@ -131,6 +144,7 @@ workflow:
       spec: {{mode: parallel, max_in_flight: 4, policy: {{exec: {exec_}}}}}
     tool: [{{name: t, kind: noop, result: "{{{{ iter.x * 3 }}}}"}}]
 """
+    )
 
 
 async def test_distributed_and_local_loops_give_the_same_result_and_events() -> None:
@@ -145,7 +159,9 @@ async def test_distributed_and_local_loops_give_the_same_result_and_events() -> 
 
 
 async def test_a_cancel_interrupts_the_running_loop() -> None:
-    text = HEAD + """
+    text = (
+        HEAD
+        + """
 workflow:
   - step: start
     loop:
@@ -160,6 +176,7 @@ workflow:
               time.sleep(0.02)
               return 1
 """
+    )
     d, events = await run(text, cancel_after=6)
     ended = sum(e["name"] in ("loop.iteration.done", "loop.iteration.failed") for e in events)
     assert d.state.status == "cancelled" and ended < 50, f"{ended} iterations ended after the cancel"
@@ -167,7 +184,9 @@ workflow:
 
 def huge_ctx(looped: bool) -> str:
     loop = '    loop: {in: "{{ [1] }}", iterator: x}\n' if looped else ""
-    return HEAD + f"""
+    return (
+        HEAD
+        + f"""
 workflow:
   - step: start
 {loop}    tool:
@@ -181,6 +200,7 @@ workflow:
             rules:
               - else: {{then: {{do: continue, set_ctx: {{big: "{{{{ outcome.result }}}}"}}}}}}
 """
+    )
 
 
 async def test_a_terminal_event_too_large_to_store_ends_the_run_as_failed() -> None:

@@ -90,8 +90,7 @@ The noetl image.
 The NATS URL: the bundled NATS chart's client Service when nats.enabled (named the way that
 chart names it), else nats.url.
 */}}
-{{- define "noetl.natsUrl" -}}
-{{- if .Values.nats.enabled }}
+{{- define "noetl.natsFullname" -}}
 {{- $name := default "nats" .Values.nats.nameOverride }}
 {{- $full := printf "%s-%s" .Release.Name $name }}
 {{- if .Values.nats.fullnameOverride }}
@@ -99,7 +98,12 @@ chart names it), else nats.url.
 {{- else if contains $name .Release.Name }}
 {{- $full = .Release.Name }}
 {{- end }}
-{{- printf "nats://%s:4222" ($full | trunc 63 | trimSuffix "-") }}
+{{- $full | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "noetl.natsUrl" -}}
+{{- if .Values.nats.enabled }}
+{{- printf "nats://%s:4222" (include "noetl.natsFullname" .) }}
 {{- else }}
 {{- required "nats.url is required when nats.enabled is false" .Values.nats.url }}
 {{- end }}
@@ -187,7 +191,44 @@ existingSecret. Output: YAML map of key -> plain value (empty map when nothing i
 {{- if not (get $d "api-token") }}{{ $_ := unset $d "api-token" }}{{ end }}
 {{- if not (get $d "api-admin-token") }}{{ $_ := unset $d "api-admin-token" }}{{ end }}
 {{- end }}
+{{- with .Values.auth.principals }}
+{{- $plain := list }}
+{{- range . }}{{ $plain = append $plain (omit . "natsPassword") }}{{ end }}
+{{- $_ := set $d "auth.yaml" (dict "principals" $plain | toYaml) }}
+{{- end }}
 {{- toYaml $d }}
+{{- end }}
+
+{{/*
+The nats-server `authorization` block for auth.natsAuthorization (docs/security.md#nats): the
+chart's own user may use every subject (it is the engine); a principal with a natsPassword gets
+only the NATS service `noetl.api.*` (which checks its token against its namespaces) and its own
+inbox `_INBOX_<name>.>` (connect with that inbox prefix), never `noetl.requests.*`, `noetl.events.*`
+or a KV bucket; an admin also reaches JetStream and KV for the `noetl` CLI. Output: JSON, which
+nats-server's configuration format reads.
+*/}}
+{{- define "noetl.natsAuthorization" -}}
+{{- $users := list }}
+{{- with .Values.nats.auth }}
+{{- if and .user .password }}
+{{- $users = append $users (dict "user" .user "password" .password "permissions" (dict "publish" (dict "allow" (list ">")) "subscribe" (dict "allow" (list ">")))) }}
+{{- end }}
+{{- end }}
+{{- range .Values.auth.principals }}
+{{- if .natsPassword }}
+{{- $inbox := printf "_INBOX_%s.>" .name }}
+{{- $pub := list "noetl.api.status" "noetl.api.schedule.list" }}
+{{- $subs := list $inbox }}
+{{- if eq .role "operator" }}{{ $pub = list "noetl.api.>" }}{{ end }}
+{{- if eq .role "admin" }}
+{{- $pub = list "noetl.api.>" "$JS.API.>" "$KV.>" "$O.>" "$JS.ACK.>" "noetl.audit.>" }}
+{{- $subs = list $inbox "noetl.events.>" }}
+{{- end }}
+{{- $users = append $users (dict "user" .name "password" .natsPassword "permissions" (dict "publish" (dict "allow" $pub) "subscribe" (dict "allow" $subs))) }}
+{{- end }}
+{{- end }}
+{{- /* toPrettyJson writes ">" as \u003e: nats-server wants the subject as it is */}}
+{{- dict "users" $users | toPrettyJson | replace "\\u003e" ">" }}
 {{- end }}
 
 {{/*
@@ -348,4 +389,79 @@ processes check the version at start and refuse an old one themselves.
 {{- fail (printf "nats.container.image.tag is %s: the bundled NATS must be nats-server 2.14 or later (JetStream message scheduling with cron, which NoETL's timers and schedules need; older servers accept a schedule and never fire it); set nats.container.image.tag to 2.15.1-alpine or later" $tag) }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+A pool's name in resource names: the DSL accepts letters, digits, '-' and '_' (etl_jobs), a
+Kubernetes name only lowercase letters, digits and '-'. Labels keep the pool's own name.
+Input: the pool's name.
+*/}}
+{{- define "noetl.poolSlug" -}}
+{{- . | lower | replace "_" "-" }}
+{{- end }}
+
+{{/*
+A pool's image: its own `image` (repository, tag, pullPolicy) over the chart's.
+Input: (dict "ctx" $ "pool" POOL). Output: YAML {ref, pullPolicy}.
+*/}}
+{{- define "noetl.poolImage" -}}
+{{- $own := .pool.image | default dict }}
+{{- $v := .ctx.Values.image }}
+{{- $ref := printf "%s:%s" ($own.repository | default $v.repository) ($own.tag | default $v.tag | default .ctx.Chart.AppVersion) }}
+ref: {{ $ref | quote }}
+pullPolicy: {{ $own.pullPolicy | default $v.pullPolicy }}
+{{- end }}
+
+{{/*
+A pool's block (autoscaling, keda): the worker-wide one with the pool's own keys set over it.
+Key by key, not sprig's merge, which lets no `false` of the pool override a worker-wide `true`.
+Input: (dict "ctx" $ "pool" POOL "key" NAME). Output: YAML map.
+*/}}
+{{- define "noetl.poolBlock" -}}
+{{- $out := deepCopy ((get .ctx.Values.worker .key) | default dict) }}
+{{- range $k, $v := ((get .pool .key) | default dict) }}
+{{- $_ := set $out $k $v }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+
+{{/*
+Whether a pool's replica count is left to an autoscaler (HPA or KEDA): the Deployment then
+names no `replicas`, or every upgrade would reset what the autoscaler chose.
+Input: (dict "ctx" $ "pool" POOL). Output: "hpa", "keda" or "".
+*/}}
+{{- define "noetl.poolScaler" -}}
+{{- $hpa := include "noetl.poolBlock" (dict "ctx" .ctx "pool" .pool "key" "autoscaling") | fromYaml }}
+{{- $keda := include "noetl.poolBlock" (dict "ctx" .ctx "pool" .pool "key" "keda") | fromYaml }}
+{{- if and $hpa.enabled $keda.enabled }}
+{{- fail (printf "worker pool %q: autoscaling (HPA) and keda are both enabled; KEDA makes an HPA of its own, choose one" .pool.name) }}
+{{- end }}
+{{- if $keda.enabled }}keda{{ else if $hpa.enabled }}hpa{{ end }}
+{{- end }}
+
+{{/*
+HTTP probes of a container on its port named http. Input: (dict "live" PATH "ready" PATH "startup" THRESHOLD).
+*/}}
+{{- define "noetl.probes" -}}
+startupProbe:  # a slow start (an image pull, NATS electing) is not a failed liveness
+  httpGet:
+    path: /live
+    port: http
+  periodSeconds: 2
+  timeoutSeconds: 3
+  failureThreshold: {{ .startup | default 30 }}
+livenessProbe:  # /live: up whatever NATS does (a restart would not bring NATS back)
+  httpGet:
+    path: /live
+    port: http
+  periodSeconds: 10
+  timeoutSeconds: 3
+  failureThreshold: 3
+readinessProbe:
+  httpGet:
+    path: /ready
+    port: http
+  periodSeconds: 5
+  timeoutSeconds: 3
+  failureThreshold: 3
 {{- end }}

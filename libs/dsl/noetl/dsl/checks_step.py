@@ -146,7 +146,9 @@ def _closed_step_spec(spec: dict[str, Any], path: Path, r: Report) -> None:
 
 
 LIFECYCLE_KEYS = ("timeout_s", "deadline_s", "await")
-AWAIT_KEYS = ("signal", "timeout_s")
+AWAIT_KEYS = ("signal", "timeout_s", "by")
+AWAIT_BY_KEYS = ("roles", "namespaces")
+AWAIT_ROLES = ("admin", "operator", "viewer")
 
 
 def _meant(key: Any, allowed: tuple[str, ...]) -> str:
@@ -195,6 +197,23 @@ def check_lifecycle(lc: Any, path: Path, r: Report) -> None:
         r.add(
             (*wpath, "timeout_s"), f"`timeout_s` is a number of seconds (above 0), found {describe(timeout)}"
         )
+    _check_await_by(wait.get("by"), (*wpath, "by"), r)
+
+
+def _check_await_by(by: Any, path: Path, r: Report) -> None:
+    """``by: {roles: [...], namespaces: [...]}``: who may answer the signal (either may be left out)."""
+    if by is None:
+        return
+    if not isinstance(by, dict):
+        r.add(path, f"`by` is `{{roles: [operator], namespaces: [finance]}}`, found {type_name(by)}")
+        return
+    for key, value in by.items():
+        if key not in AWAIT_BY_KEYS:
+            r.add((*path, key), f"unknown key {describe(key)} in `by`: it has {', '.join(AWAIT_BY_KEYS)}")
+        elif not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            r.add((*path, key), f"`{key}` is a list of names, found {describe(value)}")
+        elif key == "roles" and (bad := [v for v in value if v not in AWAIT_ROLES]):
+            r.add((*path, key), f"roles are {', '.join(AWAIT_ROLES)}; found {', '.join(bad)}")
 
 
 def _check_admit(admit: Any, path: Path, r: Report) -> None:

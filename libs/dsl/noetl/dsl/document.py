@@ -322,6 +322,14 @@ class FailurePolicy(_Closed):
     mode: Literal["fail_fast", "best_effort"] = "fail_fast"
 
 
+class AwaitBy(_Closed):
+    """The principals that may answer an awaited signal: any of ``roles`` and acting in any of
+    ``namespaces`` (either left out: any)."""
+
+    roles: list[Literal["admin", "operator", "viewer"]] | None = None
+    namespaces: list[str] | None = None
+
+
 class Await(_Closed):
     """Wait at the step for a signal sent to this execution (`noetl signal ID NAME`); the step then
     runs with `args.signal` holding its data."""
@@ -330,6 +338,7 @@ class Await(_Closed):
     timeout_s: Seconds | None = Field(
         None, description="Fail the step with signal_timeout when no signal came within this many seconds."
     )
+    by: AwaitBy | None = Field(None, description="Who may send the signal (docs/security.md#principals).")
 
 
 class Lifecycle(_Closed):

@@ -283,6 +283,13 @@ class ForbiddenError(NoetlError):
     kind = "forbidden"
 
 
+class CatalogConflictError(NoetlError):
+    """A catalog write that would replace what is there: a version once written keeps its text,
+    and a path is stored under a key no other path maps to."""
+
+    kind = "catalog_conflict"
+
+
 class RerunRefusedError(NoetlError):
     """A rerun (issue 31) that cannot fork the execution as asked: it still runs, the step never
     ran there, nothing failed and no ``--from`` says where to start, or the new playbook lacks the

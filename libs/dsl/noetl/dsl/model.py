@@ -82,6 +82,9 @@ class Lifecycle:
     deadline_s: float | None = None
     await_signal: str | None = None
     await_timeout_s: float | None = None
+    # who may answer (docs/security.md#principals): roles and namespaces, empty meaning any
+    await_roles: tuple[str, ...] = ()
+    await_namespaces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -182,6 +182,8 @@ def _lifecycle(lc: dict[str, Any] | None) -> Lifecycle | None:
         deadline_s=lc.get("deadline_s"),
         await_signal=wait.get("signal"),
         await_timeout_s=wait.get("timeout_s"),
+        await_roles=tuple((wait.get("by") or {}).get("roles") or ()),
+        await_namespaces=tuple((wait.get("by") or {}).get("namespaces") or ()),
     )
 
 

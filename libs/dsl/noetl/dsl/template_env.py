@@ -311,7 +311,7 @@ class NoetlSandbox(ImmutableSandboxedEnvironment):
 
     code_generator_class = _CodeGenerator
     context_class = RenderContext
-    intercepted_binops = frozenset({"+", "*", "**", "%"})
+    intercepted_binops = frozenset({"+", "*", "**", "%", "//"})
 
     def __init__(self, limits: lim.Limits) -> None:
         self.limits = limits
@@ -401,7 +401,7 @@ class NoetlSandbox(ImmutableSandboxedEnvironment):
         return lim.check_built(__self.limits, super().call(__context, __obj, *args, **kwargs))
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
-        return lim.binop(self.limits, operator, left, right)
+        return lim.binop(self.limits, operator, left, right, context)
 
     def concat_checked(self, parts: tuple[Any, ...]) -> str:
         strings = [p if type(p) is str else str(self._printable(p)) for p in parts]

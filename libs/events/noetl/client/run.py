@@ -43,14 +43,18 @@ async def _recorded(bus: Any, execution_id: str) -> bool:
     return await bus.last(s.EVENTS_STREAM, requested) is not None
 
 
-async def cancel(conn: Any, execution_id: str, reason: str | None = None) -> dict[str, Any] | None:
+async def cancel(
+    conn: Any, execution_id: str, reason: str | None = None, *, principal: str | None = None
+) -> dict[str, Any] | None:
     """Publish the cancel request; one id per execution, so repeated cancels are one request.
     None, and nothing published, for an execution that was never requested: a cancel must not
     make a phantom execution appear."""
     bus = as_bus(conn)
     if not await _recorded(bus, execution_id):
         return None
-    body = {"execution_id": execution_id, "reason": reason or "cancelled by request"}
+    body: dict[str, Any] = {"execution_id": execution_id, "reason": reason or "cancelled by request"}
+    if principal:
+        body["principal"] = principal  # recorded in execution.cancel.requested: who stopped it
     await bus.publish(s.CANCEL_SUBJECT, dumps(body), msg_id=f"cancel-{execution_id}")
     return {"execution_id": execution_id, "cancel": "requested"}
 
@@ -76,6 +80,36 @@ async def _outside(conn: Any, subject: str, what: str, body: dict[str, Any]) -> 
     return {"execution_id": execution_id, what: "sent", "request_id": body["request_id"]}
 
 
+# A signal's data rides in one event: refused here, at once and with a reason, when it could not be
+# stored (NATS's 1 MiB) or would exhaust a walk over it (the request payload's depth limit).
+MAX_SIGNAL_BYTES = 512 * 1024
+MAX_SIGNAL_DEPTH = 64
+
+
+def signal_data_problem(data: Any) -> str | None:
+    """Why ``data`` cannot be a signal's data, or None. Counted without recursion."""
+    stack, deepest = [(data, 1)], 0
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, d)
+            if deepest > MAX_SIGNAL_DEPTH:
+                return f"signal data nests deeper than {MAX_SIGNAL_DEPTH} levels"
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    try:
+        size = len(dumps(data))
+    except (TypeError, ValueError):
+        return "signal data is not JSON"
+    if size > MAX_SIGNAL_BYTES:
+        return f"signal data is {size} bytes; the limit is {MAX_SIGNAL_BYTES}: pass large data by reference"
+    return None
+
+
+def _by(body: dict[str, Any], principal: str | None) -> dict[str, Any]:
+    """The request body naming who sent it: the server records it with the input."""
+    return {**body, "principal": principal} if principal else body
+
+
 async def signal(
     conn: Any,
     execution_id: str,
@@ -83,13 +117,17 @@ async def signal(
     data: Any = None,
     request_id: str | None = None,
     *,
+    principal: str | None = None,
     force: bool = False,
 ) -> dict[str, Any]:
     """Send signal ``name`` with ``data`` to an execution: the first step waiting for it takes it,
-    or it waits in the execution's queue for one that will. A name no step waits for and no
-    step of its playbook awaits is refused (a typo would be queued and never taken) unless
+    or it waits in the execution's queue for one that will. ``principal``: who sends it (recorded
+    in ``signal.received``, and what ``lifecycle.await`` may restrict). A name no step waits for
+    and no step of its playbook awaits is refused (a typo would be queued and never taken) unless
     ``force``."""
     if problem := signal_name_problem(name):
+        return reply_error(RequestInvalidError(problem))
+    if problem := signal_data_problem(data):
         return reply_error(RequestInvalidError(problem))
     sent_before = {"execution_id": execution_id, "signal": "sent", "request_id": request_id}
     if execution_id_problem(execution_id) is None and (request_id or not force):
@@ -101,7 +139,7 @@ async def signal(
         if refused is not None:
             return refused
     body = {"execution_id": execution_id, "signal": name, "data": data, "request_id": request_id}
-    reply = await _outside(conn, s.SIGNAL_SUBJECT, "signal", body)
+    reply = await _outside(conn, s.SIGNAL_SUBJECT, "signal", _by(body, principal))
     # the first send may have been recorded, and ended the execution, between our read and now
     finished = (reply.get("error") or {}).get("kind") == "execution_finished"
     if request_id and finished:
@@ -160,13 +198,16 @@ def _unawaited(events: Sequence[Mapping[str, Any]], execution_id: str, name: str
     )
 
 
-async def pause(conn: Any, execution_id: str, reason: str | None = None) -> dict[str, Any]:
+async def pause(
+    conn: Any, execution_id: str, reason: str | None = None, *, principal: str | None = None
+) -> dict[str, Any]:
     """Nothing new is scheduled until ``resume``; running step runs finish."""
-    return await _outside(conn, s.PAUSE_SUBJECT, "pause", {"execution_id": execution_id, "reason": reason})
+    body = _by({"execution_id": execution_id, "reason": reason}, principal)
+    return await _outside(conn, s.PAUSE_SUBJECT, "pause", body)
 
 
-async def resume(conn: Any, execution_id: str) -> dict[str, Any]:
-    return await _outside(conn, s.RESUME_SUBJECT, "resume", {"execution_id": execution_id})
+async def resume(conn: Any, execution_id: str, *, principal: str | None = None) -> dict[str, Any]:
+    return await _outside(conn, s.RESUME_SUBJECT, "resume", _by({"execution_id": execution_id}, principal))
 
 
 async def finished_event(conn: Any, execution_id: str) -> dict[str, Any] | None:

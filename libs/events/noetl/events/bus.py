@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import ssl
 from collections.abc import Iterable
 from typing import Any, cast
@@ -33,13 +32,28 @@ from noetl.events.publisher import Publisher
 
 def tls_context() -> ssl.SSLContext | None:
     """TLS from NOETL_NATS_TLS_CA (server verification) and NOETL_NATS_TLS_CERT/KEY (client auth)."""
-    ca, cert, key = (os.environ.get(f"NOETL_NATS_TLS_{n}") for n in ("CA", "CERT", "KEY"))
+    from noetl.events.settings import setting
+
+    ca, cert, key = (setting(f"nats_tls_{n}") for n in ("ca", "cert", "key"))
     if not (ca or cert):
         return None
     ctx = ssl.create_default_context(cafile=ca) if ca else ssl.create_default_context()
     if cert:
         ctx.load_cert_chain(cert, key)
     return ctx
+
+
+def _need_nkeys(variable: str) -> None:
+    """nats-py signs with the ``nkeys`` package, which it does not install: without it a
+    ``.creds`` file crashed the connect with ModuleNotFoundError deep inside nats-py."""
+    import importlib.util
+
+    from noetl.dsl.errors import DeploymentError
+
+    if importlib.util.find_spec("nkeys") is None:
+        raise DeploymentError(
+            f"{variable} is set but the nkeys package is missing: pip install 'noetl-jetstream[nkeys]'"
+        )
 
 
 def server_urls(url: str | Iterable[str]) -> list[str]:
@@ -72,15 +86,22 @@ async def connect(
     """
     urls = server_urls(url)
     kw: dict[str, Any] = {"name": name, "connect_timeout": 5}
-    user, password = os.environ.get("NOETL_NATS_USER"), os.environ.get("NOETL_NATS_PASSWORD")
+    from noetl.events.settings import setting
+
+    user, password, token = setting("nats_user"), setting("nats_password"), setting("nats_token")
     if user:
-        kw.update(user=user, password=password)
-    if os.environ.get("NOETL_NATS_TOKEN"):
-        kw["token"] = os.environ["NOETL_NATS_TOKEN"]
-    if os.environ.get("NOETL_NATS_CREDS"):
-        kw["user_credentials"] = os.environ["NOETL_NATS_CREDS"]
-    if os.environ.get("NOETL_NATS_NKEY_SEED"):
-        kw["nkeys_seed"] = os.environ["NOETL_NATS_NKEY_SEED"]
+        kw.update(user=user, password=password.get_secret_value() if password else None)
+    if token:
+        kw["token"] = token.get_secret_value()
+    creds, seed = setting("nats_creds"), setting("nats_nkey_seed")
+    if creds or seed:
+        _need_nkeys("NOETL_NATS_CREDS" if creds else "NOETL_NATS_NKEY_SEED")
+    if creds:
+        kw["user_credentials"] = creds
+    if seed:
+        kw["nkeys_seed"] = seed
+    if inbox := setting("nats_inbox_prefix"):  # a principal's NATS user may read only its own inbox
+        kw["inbox_prefix"] = inbox
     tls = tls_context()
     if tls is not None:
         kw["tls"] = tls

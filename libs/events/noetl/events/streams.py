@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -56,12 +55,10 @@ def events_retention() -> tuple[float, int]:
     """(max_age seconds, max_bytes) for ``NOETL_EVENTS``: ``NOETL_EVENTS_MAX_AGE`` (default 30d;
     0 keeps events forever) and ``NOETL_EVENTS_MAX_BYTES`` (default unlimited). Older events go
     first; an execution running longer than the age loses its history, so set it above that."""
-    age = _duration(os.environ.get("NOETL_EVENTS_MAX_AGE", "30d"), "NOETL_EVENTS_MAX_AGE")
-    raw = os.environ.get("NOETL_EVENTS_MAX_BYTES", "").strip()
-    try:
-        size = int(raw) if raw else -1
-    except ValueError:
-        raise DeploymentError(f"NOETL_EVENTS_MAX_BYTES={raw!r}: give a number of bytes") from None
+    from noetl.events.settings import setting
+
+    age: float = setting("events_max_age")
+    size: int = setting("events_max_bytes")
     return age, size if size > 0 else -1
 
 
@@ -117,13 +114,11 @@ def replicas_wanted(replicas: int | None = None) -> int | None:
     leave existing ones as they are, so a process started without the setting never shrinks a
     replicated deployment)."""
     if replicas is None:
-        env = os.environ.get("NOETL_REPLICAS", "").strip()
-        if not env:
+        from noetl.events.settings import setting
+
+        replicas = setting("replicas")
+        if replicas is None:
             return None
-        try:
-            replicas = int(env)
-        except ValueError:
-            raise DeploymentError(f"NOETL_REPLICAS={env!r} is not a whole number; set 1, 3 or 5") from None
     if not 1 <= replicas <= 5:
         raise DeploymentError(
             f"replicas {replicas}: JetStream keeps 1 to 5 copies of a stream; use the NATS cluster's "
@@ -295,15 +290,40 @@ async def _open_or_create(
     return got
 
 
+def results_max_age() -> float:
+    """Seconds results stored by reference (``noetl_results``) are kept: ``NOETL_RESULTS_MAX_AGE``,
+    by default as long as the events that name them (``NOETL_EVENTS_MAX_AGE``, 30d); 0 forever.
+    Results are task outputs, often data a playbook fetched with a credential: they must not
+    outlive the log that is the only way to find them."""
+    from noetl.events.settings import setting
+
+    age: float | None = setting("results_max_age")
+    return age if age is not None else float(setting("events_max_age"))
+
+
 async def ensure_object_store(
     js: JetStreamContext, bucket: str, *, replicas: int | None = None
 ) -> ObjectStore:
     want = replicas_wanted(replicas)
-    return await _open_or_create(
+    age = results_max_age() if bucket == s.RESULTS_BUCKET else 0.0
+    store = await _open_or_create(
         js,
         f"OBJ_{bucket}",
         want,
         lambda: js.object_store(bucket),
         # the name goes first: nats-py drops a bucket given only inside ObjectStoreConfig
-        lambda: js.create_object_store(bucket, replicas=want or 1),
+        lambda: js.create_object_store(bucket, replicas=want or 1, ttl=age or None),
     )
+    if age:
+        await _reconcile_max_age(js, f"OBJ_{bucket}", age)
+    return store
+
+
+async def _reconcile_max_age(js: JetStreamContext, name: str, age: float) -> None:
+    """An object store created before it had an age limit gets one (JetStream applies it to
+    what is stored already)."""
+    info = await js.stream_info(name)
+    have = info.config.max_age or 0
+    if abs(have - age) > 1:
+        log.info("stream %s: max_age %ss -> %ss (NOETL_RESULTS_MAX_AGE)", name, have, age)
+        await js.update_stream(info.config.evolve(max_age=age))

@@ -161,7 +161,26 @@ def catalog_digest_key(digest: str) -> str:
     return f"digest.{digest}"
 
 
+_KEY_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_/")
+
+
+def key_token(text: str) -> str:
+    """``text`` as one KV key token, injectively: letters, digits, ``-``, ``_`` and ``/`` stay,
+    every other byte of its UTF-8 becomes ``=XX``. No two texts share a token (``team.a`` is
+    ``team=2Ea``, never ``team_a``), and a token never holds the ``.`` that separates tokens."""
+    return "".join(c if c in _KEY_SAFE else "".join(f"={b:02X}" for b in c.encode()) for c in text)
+
+
 def catalog_path_key(path: str, version: str | None) -> str:
-    """KV keys allow ``[-/_=.a-zA-Z0-9]``: a playbook path keeps its slashes."""
-    safe = "".join(c if c.isalnum() or c in "-_/=" else "_" for c in path)
-    return f"path.{safe}.{version or 'latest'}".replace("..", ".")
+    """The KV key of a catalog path's version (``latest`` when None): injective in both, so a
+    path or version can never overwrite another's entry. A version literally named ``latest``
+    has its first letter escaped, so it cannot meet the ``latest`` pointer."""
+    if not path:
+        raise ValueError("a catalog path is not empty")
+    if version is None or version == "":
+        v = "latest"
+    else:
+        v = key_token(str(version))
+        if v == "latest":
+            v = "=6Catest"
+    return f"path.{key_token(path)}.{v}"

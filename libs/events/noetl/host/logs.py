@@ -11,7 +11,6 @@ worker resolves is registered here and replaced by ``***`` in every rendered lin
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any
@@ -68,9 +67,22 @@ class _MaskingRenderer:
         return mask(line) if _masker else line
 
 
+def log_format() -> str:
+    """``json`` or ``console``: ``NOETL_LOG_FORMAT``, else JSON unless stderr is a terminal."""
+    from noetl.events.settings import SettingsError, setting
+
+    try:
+        fmt: str | None = setting("log_format")
+    except SettingsError:
+        fmt = None
+    return fmt or ("console" if sys.stderr.isatty() else "json")
+
+
 def configure(level: str | None = None, fmt: str | None = None) -> None:
-    level = (level or os.environ.get("NOETL_LOG_LEVEL") or "INFO").upper()
-    fmt = fmt or os.environ.get("NOETL_LOG_FORMAT") or ("console" if sys.stderr.isatty() else "json")
+    from noetl.events.settings import setting
+
+    level = (level or setting("log_level") or "INFO").upper()
+    fmt = fmt or setting("log_format") or log_format()
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if fmt == "json"
@@ -103,6 +115,8 @@ def configure(level: str | None = None, fmt: str | None = None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # Python's warnings as log records too: with JSON logs nothing plain is mixed into stderr
+    logging.captureWarnings(True)
 
 
 bind = structlog.contextvars.bind_contextvars

@@ -114,7 +114,7 @@ class NatsServer:
         self.extra_args = list(extra_args or [])
         self.binary = binary
         self.sync_interval = sync_interval_setting(
-            sync_interval if sync_interval is not None else os.environ.get(SYNC_INTERVAL_ENV)
+            sync_interval if sync_interval is not None else _sync_interval_env()
         )
         self._config: str | None = None
         self._own_dir = store_dir is None
@@ -197,5 +197,8 @@ class NatsServer:
         self.stop()
 
 
-def env_nats_url(default: str | None = None) -> str | None:
-    return os.environ.get("NOETL_NATS_URL", default)
+def _sync_interval_env() -> str | None:
+    from noetl.events.settings import setting
+
+    value: str | None = setting("nats_sync_interval")
+    return value

@@ -86,3 +86,33 @@ async def record_credential_access(
     data = json.dumps(record).encode()
     await as_bus(js).publish(CREDENTIALS_AUDIT_SUBJECT, data, msg_id=record["audit_id"])
     return record
+
+
+ACTIONS_AUDIT_SUBJECT = "noetl.audit.actions"
+
+
+async def record_action(
+    bus: Any,
+    *,
+    action: str,
+    principal: str,
+    target: str,
+    outcome: str = "done",
+    namespace: str | None = None,
+    **details: Any,
+) -> dict[str, Any]:
+    """One record of who changed what (a catalog write, a schedule change, a signal, pause, resume
+    or cancel) on ``noetl.audit.actions``: the event log says what happened to an execution, this
+    trail says who asked, kept as long as the credential trail. Never a value or a token."""
+    record = {
+        "audit_id": uuid.uuid4().hex,
+        "timestamp": utc_now(),
+        "action": action,
+        "principal": principal,
+        "target": target,
+        "namespace": namespace,
+        "outcome": outcome,
+        **details,
+    }
+    await as_bus(bus).publish(ACTIONS_AUDIT_SUBJECT, json.dumps(record).encode(), msg_id=record["audit_id"])
+    return record

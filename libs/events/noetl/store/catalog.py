@@ -16,10 +16,13 @@ from typing import Any
 
 from noetl.dsl import load_playbook
 from noetl.dsl.cache import digest_of
+from noetl.dsl.errors import CatalogConflictError, ForbiddenError
 from noetl.events import subjects as s
+from noetl.events.clock import utc_now
 from noetl.events.envelope import Event
 from noetl.events.nats_port import as_bus
-from noetl.events.port import Bus, KeyValue, ObjectStore
+from noetl.events.port import Bus, KeyExistsError, KeyValue, ObjectStore
+from noetl.store.principals import Principal, namespace_of
 
 # The body of one JetStream message (a KV value, an event), leaving room in NATS's 1 MiB limit
 # for the subject and headers.
@@ -46,19 +49,64 @@ class Catalog:
             self._objects = await self.bus.objects(s.CATALOG_OBJECT_BUCKET)
         return self._objects
 
-    async def register(self, text: str, file: str = "<playbook>") -> dict[str, Any]:
-        """Validate and store a playbook under its path, its version and ``latest``."""
+    async def register(
+        self,
+        text: str,
+        file: str = "<playbook>",
+        principal: Principal | None = None,
+        *,
+        writer: str | None = None,
+    ) -> dict[str, Any]:
+        """Validate and store a playbook under its path, its version and ``latest``.
+
+        Append-only: a version once written keeps its text forever (registering the same text
+        again answers the stored entry; other text is a ``CatalogConflictError``), because a
+        credential scope and every admin who reviewed that version trust exactly that text. Each
+        entry records its digest and who wrote it. With ``principal`` the write is refused
+        (``ForbiddenError``) unless the principal may write the path's namespace. ``writer``
+        names a writer that is no principal (the ``noetl`` CLI on NATS: its NATS user).
+        """
         pb = load_playbook(text, file)
         path = pb.metadata.path or pb.metadata.name
+        version = pb.metadata.version
+        if principal is not None and not principal.may("write", namespace_of(path)):
+            raise ForbiddenError(
+                f"principal {principal.name!r} ({principal.role}) may not register playbooks in namespace "
+                f"{namespace_of(path)!r} (path {path!r})"
+            )
         digest = digest_of(text)
         await self.put_digest(digest, text)
-        entry = json.dumps(
-            {"path": path, "version": pb.metadata.version, "digest": digest, "name": pb.metadata.name}
-        ).encode()
-        if pb.metadata.version:
-            await self.kv.put(s.catalog_path_key(path, pb.metadata.version), entry)
+        who = principal.record() if principal is not None else (
+            {"name": writer, "role": "nats"} if writer else None
+        )
+        record = {"path": path, "version": version, "digest": digest, "name": pb.metadata.name,
+                  "principal": who, "registered_at": utc_now()}
+        entry = json.dumps(record).encode()
+        if version:
+            key = s.catalog_path_key(path, version)
+            try:
+                await self.kv.create(key, entry)
+            except KeyExistsError:
+                current = await self.kv.get(key)
+                stored = json.loads(current.value) if current is not None and current.value else {}
+                if stored.get("digest") != digest:
+                    raise CatalogConflictError(
+                        f"{path!r} version {version!r} is already registered with other text "
+                        f"(digest {str(stored.get('digest'))[:12]}…): a version is never replaced; give the "
+                        "changed playbook a new metadata.version", path=path, version=version,
+                    ) from None
+                who = stored.get("principal")
+                return {"path": path, "version": version, "digest": digest, "principal": who}
         await self.kv.put(s.catalog_path_key(path, None), entry)
-        return {"path": path, "version": pb.metadata.version, "digest": digest}
+        return {"path": path, "version": version, "digest": digest, "principal": who}
+
+    async def entry(self, path: str, version: str | None = None) -> dict[str, Any] | None:
+        """The stored entry ``{path, version, digest, name, principal, registered_at}``, or None."""
+        e = await self.kv.get(s.catalog_path_key(path, version))
+        if e is None or not e.value:
+            return None
+        stored: dict[str, Any] = json.loads(e.value)
+        return stored
 
     async def put_digest(self, digest: str, text: str) -> None:
         if digest in self._known:
@@ -101,10 +149,10 @@ class Catalog:
         return {**event, "payload": {**payload, "playbook": text}}
 
     async def get(self, path: str, version: str | None = None) -> str | None:
-        e = await self.kv.get(s.catalog_path_key(path, version))
-        if e is None or not e.value:
+        entry = await self.entry(path, version)
+        if entry is None:
             return None
-        return await self.get_by_digest(json.loads(e.value)["digest"])
+        return await self.get_by_digest(entry["digest"])
 
     async def list(self) -> list[dict[str, Any]]:
         seen: dict[tuple[str, str | None, str], dict[str, Any]] = {}

@@ -74,6 +74,8 @@ def check_name(name: str) -> str:
 # Who may use a credential: catalog paths (exact, a prefix ending in "/", or "*" for any) and whether
 # an inline playbook (text sent with the request, not registered) may. An inline playbook can be
 # written by anyone who may send a request, so by default it may use no credential at all.
+# A scope may also pin ``digests``: the SHA-256 of the playbook texts an admin has reviewed; then
+# only those texts may use the credential, whoever writes the catalog.
 DEFAULT_SCOPE: dict[str, Any] = {"paths": ["*"], "inline": False}
 
 
@@ -81,22 +83,36 @@ def check_scope(scope: dict[str, Any] | None) -> dict[str, Any]:
     if scope is None:
         return dict(DEFAULT_SCOPE)
     paths, inline = scope.get("paths", ["*"]), scope.get("inline", False)
-    unknown = set(scope) - {"paths", "inline"}
+    digests = scope.get("digests")
+    unknown = set(scope) - {"paths", "inline", "digests"}
     if (
         unknown
         or not isinstance(paths, list)
         or not all(isinstance(p, str) and p for p in paths)
         or not isinstance(inline, bool)
+        or (digests is not None and not (
+            isinstance(digests, list)
+            and all(isinstance(d, str) and re.fullmatch(r"[0-9a-f]{64}", d) for d in digests)
+        ))
     ):
         raise ValueError(
-            'a credential scope is {"paths": ["finance/", "etl/daily", "*"], "inline": false}: paths are '
-            "catalog paths, prefixes ending in '/', or '*'"
+            'a credential scope is {"paths": ["finance/", "etl/daily", "*"], "inline": false, '
+            '"digests": [...]}: '
+            "paths are catalog paths, prefixes ending in '/', or '*'; digests (optional) the SHA-256 hex "
+            "digests of the only playbook texts that may use it"
         )
-    return {"paths": list(paths), "inline": inline}
+    out: dict[str, Any] = {"paths": list(paths), "inline": inline}
+    if digests is not None:
+        out["digests"] = list(digests)
+    return out
 
 
-def scope_allows(scope: dict[str, Any], path: str | None) -> bool:
-    """Whether a playbook may use the credential: ``path`` is its catalog path, None when inline."""
+def scope_allows(scope: dict[str, Any], path: str | None, digest: str | None = None) -> bool:
+    """Whether a playbook may use the credential: ``path`` is its catalog path, None when inline;
+    ``digest`` its text's SHA-256, which must be one the scope pins when it pins any."""
+    pinned = scope.get("digests")
+    if pinned is not None and digest not in pinned:
+        return False
     if path is None:
         return bool(scope.get("inline"))
     for allowed in scope.get("paths") or ():

@@ -20,10 +20,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from noetl.dsl.errors import NoSuchEntityError, RequestInvalidError, reply_error
+from noetl.dsl.errors import ForbiddenError, NoSuchEntityError, RequestInvalidError, reply_error
 from noetl.dsl.names import schedule_name_problem
 from noetl.events import subjects as s
 from noetl.events.port import Bus, KeyValue, RefusedError
+from noetl.store.principals import Principal, namespace_of
 
 OVERLAP = ("skip", "allow")
 
@@ -88,6 +89,16 @@ def fire_time(schedule: dict[str, Any], next_header: str | None, stamped: dateti
     return stamped.astimezone(UTC).replace(microsecond=0)
 
 
+def _denied(principal: Principal | None, path: Any, doing: str) -> dict[str, Any] | None:
+    """The ``forbidden`` reply when ``principal`` may not write the namespace of ``path``."""
+    namespace = namespace_of(path if isinstance(path, str) else None)
+    if principal is None or principal.may("write", namespace):
+        return None
+    return reply_error(ForbiddenError(
+        f"principal {principal.name!r} ({principal.role}) may not {doing} namespace {namespace!r}"
+    ))
+
+
 class ScheduleStore:
     def __init__(self, bus: Bus, kv: KeyValue) -> None:
         self.bus, self.kv = bus, kv
@@ -115,11 +126,29 @@ class ScheduleStore:
                 out.append(sch)
         return out
 
-    async def add_request(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def add_request(
+        self, name: str, body: dict[str, Any], principal: Principal | None = None
+    ) -> dict[str, Any]:
         """``add`` from an API request's JSON body: the HTTP API and the NATS service take the same
-        fields (docs/api.md)."""
+        fields (docs/api.md), and both name the caller (``principal``). A schedule whose playbook
+        is not in the catalog could only fail, at every fire: it is refused here."""
+        path, version = body.get("path"), body.get("version")
+        old = await self.get(name) if not schedule_name_problem(name) else None
+        if old and (denied := _denied(principal, old.get("path"), "replace the schedule of")):
+            return denied  # before anything about the new playbook is told
+        if isinstance(path, str) and path and not _denied(principal, path, "add schedules for"):
+            from noetl.store.catalog import Catalog
+
+            catalog = Catalog(await self.bus.kv(s.CATALOG_BUCKET), self.bus)
+            if await catalog.entry(path, None if version is None else str(version)) is None:
+                which = f"{path!r}" + (f" version {version}" if version is not None else "")
+                return reply_error(RequestInvalidError(
+                    f"no playbook {which} in the catalog: a schedule of it could only fail; register it "
+                    "first (noetl catalog register FILE)"
+                ))
         return await self.add(
             name,
+            principal=principal,
             path=body.get("path"),
             version=body.get("version"),
             cron=body.get("cron"),
@@ -138,8 +167,11 @@ class ScheduleStore:
         timezone: Any = None,
         payload: Any = None,
         overlap: Any = "allow",
+        principal: Principal | None = None,
     ) -> dict[str, Any]:
-        """Create or replace a schedule; a bad field is refused with what to write instead."""
+        """Create or replace a schedule; a bad field is refused with what to write instead.
+        With ``principal`` it must be one that may write the namespace of ``path`` and, when it
+        replaces a schedule, that of the schedule it replaces (``forbidden`` otherwise)."""
         for problem in (
             schedule_name_problem(name),
             None
@@ -153,6 +185,10 @@ class ScheduleStore:
             if problem:
                 return reply_error(RequestInvalidError(problem))
         old = await self.get(name) or {}
+        if denied := _denied(principal, path, "add schedules for") or (
+            _denied(principal, old.get("path"), "replace the schedule of") if old else None
+        ):
+            return denied
         sch = {
             "name": name,
             "path": path,
@@ -166,6 +202,7 @@ class ScheduleStore:
             "last_execution_id": old.get("last_execution_id"),
             "skipped": int(old.get("skipped") or 0),
             "last_skipped": old.get("last_skipped"),
+            "principal": principal.name if principal is not None else old.get("principal"),
         }
         try:
             await self._define(sch)
@@ -194,12 +231,14 @@ class ScheduleStore:
         for subject in (s.schedule_subject(name), s.schedule_fire_subject(name)):
             await self.bus.purge(s.TIMERS_STREAM, subject)
 
-    async def set_paused(self, name: str, paused: bool) -> dict[str, Any]:
+    async def set_paused(self, name: str, paused: bool, principal: Principal | None = None) -> dict[str, Any]:
         if problem := schedule_name_problem(name):
             return reply_error(RequestInvalidError(problem))
         sch = await self.get(name)
         if sch is None:
             return reply_error(NoSuchEntityError(f"no schedule {name!r}: see `noetl schedule list`"))
+        if denied := _denied(principal, sch.get("path"), "pause or resume the schedule of"):
+            return denied
         sch["paused"] = paused
         await self.kv.put(name, json.dumps(sch).encode())
         if paused:
@@ -224,11 +263,14 @@ class ScheduleStore:
             sch["last_skipped"] = fired
         await self.kv.put(name, json.dumps(sch).encode())
 
-    async def delete(self, name: str) -> dict[str, Any]:
+    async def delete(self, name: str, principal: Principal | None = None) -> dict[str, Any]:
         if problem := schedule_name_problem(name):
             return reply_error(RequestInvalidError(problem))
-        if await self.get(name) is None:
+        sch = await self.get(name)
+        if sch is None:
             return reply_error(NoSuchEntityError(f"no schedule {name!r}: see `noetl schedule list`"))
+        if denied := _denied(principal, sch.get("path"), "delete the schedule of"):
+            return denied
         await self._undefine(name)
         await self.kv.delete(name)
         return {"name": name, "deleted": True}

@@ -161,6 +161,7 @@ async def run_embedded(
     """``progress``: a ``noetl.cli.progress.Progress`` that draws the execution's events."""
     from noetl.cli.progress import run_with_progress
     from noetl.events.ids import execution_id_for
+    from noetl.events.masking import weak_secrets
     from noetl.server.service import Server
     from noetl.store.credentials import CredentialStore, generate_key, load_credentials_file
     from noetl.worker.service import Worker
@@ -182,6 +183,9 @@ async def run_embedded(
             for name, entry in load_credentials_file(credentials_file, _declared_kinds(text, file)).items():
                 # a private run of the user's own file: its playbook is inline, and may use them
                 scope = {"paths": ["*"], "inline": True}
+                if weak := weak_secrets(entry.get("data") or {}, entry.get("kind")):
+                    # a private run still works, but the masking of such a value hides data, not a secret
+                    print(f"noetl: warning: credential {name!r} holds {'; '.join(weak)}", file=sys.stderr)
                 await creds.put(name, entry.get("kind", "secret"), entry.get("data") or {}, scope)
         catalog = await Catalog.open(js)
         if catalog_dir:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from noetl.cli.as_principal import call_service, principal_token, service_error
 from noetl.cli.session import DEFAULT_TIMEOUT
 
 
@@ -26,7 +27,8 @@ def _run(fn: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[[a
         async def main() -> int:
             nc = await cli_connect(args.nats_url, f"noetl-{args.command}")
             try:
-                if isinstance(getattr(args, "execution_id", None), str):
+                # as a principal (NOETL_TOKEN) the CLI reads no events itself: ids go whole to the service
+                if isinstance(getattr(args, "execution_id", None), str) and not principal_token():
                     from noetl.server.api.queries import resolve_execution_id
 
                     # the short ids the console and `noetl executions` show work here too
@@ -72,7 +74,16 @@ async def _status(nc: Any, args: argparse.Namespace) -> int:
     from noetl.server.api.queries import execution_status
 
     _check_id(args.execution_id)
-    out = await execution_status(nc.jetstream(), args.execution_id)
+    if principal_token():  # as a principal, through the checked NATS service
+        got = await call_service(nc, "noetl.api.status", {"execution_id": args.execution_id})
+        if (refused := service_error(got)) is not None:
+            if refused.get("kind") == "not_found":
+                return _no_such_execution(args.execution_id)
+            print(f"noetl: {refused.get('message')} ({refused.get('kind')})", file=sys.stderr)
+            return 2
+        out: dict[str, Any] | None = got
+    else:
+        out = await execution_status(nc.jetstream(), args.execution_id)
     if out is None:
         return _no_such_execution(args.execution_id)
     if args.json:
@@ -154,6 +165,16 @@ async def _cancel(nc: Any, args: argparse.Namespace) -> int:
     from noetl.client.run import cancel as request_cancel
 
     _check_id(args.execution_id)
+    if principal_token():
+        body = {"execution_id": args.execution_id, "reason": args.reason}
+        got = await call_service(nc, "noetl.api.cancel", body)
+        if (refused := service_error(got)) is not None:
+            if refused.get("kind") == "not_found":
+                return _no_such_execution(args.execution_id)
+            print(f"noetl: {refused.get('message')} ({refused.get('kind')})", file=sys.stderr)
+            return 2
+        _print_json(got)
+        return 0
     out = await request_cancel(nc.jetstream(), args.execution_id, args.reason)
     if out is None:
         return _no_such_execution(args.execution_id)
@@ -197,15 +218,59 @@ def _credential_data(args: argparse.Namespace) -> dict[str, Any]:
     return value
 
 
+def nats_identity(nc: Any) -> str | None:
+    """Who a NATS connection says it is (a user name, a token's hash prefix, a credentials file),
+    or None for an anonymous one. Never the password or token itself."""
+    from noetl.store.audit import token_id
+
+    opts = getattr(nc, "options", None) or {}
+    if opts.get("user"):
+        return f"nats-user:{opts['user']}"
+    if opts.get("token"):
+        return "nats-" + token_id(str(opts["token"]))
+    if getattr(nc, "_user_credentials", None) or opts.get("nkeys_seed") or getattr(nc, "_nkeys_seed", None):
+        return "nats-credentials"
+    server = getattr(nc, "_current_server", None)
+    user = getattr(getattr(server, "uri", None), "username", None)
+    return f"nats-user:{user}" if user else None
+
+
 async def _credentials(nc: Any, args: argparse.Namespace) -> int:
+    """``noetl credentials set|list|delete`` on the KV bucket itself. A write or delete names
+    its NATS identity in the audit trail (``noetl.audit.credentials``) before it happens, and is
+    refused from an anonymous connection unless ``--anonymous`` says that is meant (a private
+    nats-server): with an anonymous default server, anyone on the network could otherwise
+    replace or delete a credential and leave no trace."""
     from noetl.dsl.errors import KeychainUnresolvedError
+    from noetl.events.masking import weak_secrets
+    from noetl.store.audit import ensure_audit_stream, record_credential_access
     from noetl.store.credentials import CredentialStore
 
     store = await CredentialStore.open(nc.jetstream(), None)
+    who = nats_identity(nc)
     try:
+        if args.action in ("set", "delete"):
+            if who is None and not getattr(args, "anonymous", False):
+                print(
+                    f"noetl: refusing to {args.action} a credential over an anonymous NATS connection: "
+                    "connect as a NATS user (NOETL_NATS_USER/PASSWORD, NOETL_NATS_CREDS, NOETL_NATS_TOKEN), "
+                    "or pass --anonymous for a private nats-server",
+                    file=sys.stderr,
+                )
+                return 2
+            await ensure_audit_stream(nc.jetstream())
         if args.action == "set":
             data = _credential_data(args)
+            weak = weak_secrets(data, args.kind)
+            if weak and not getattr(args, "allow_weak", False):
+                print(f"noetl: credential {args.name!r} holds {'; '.join(weak)}: use a stronger secret "
+                      "(or --allow-weak)", file=sys.stderr)
+                return 2
             scope = {"paths": args.scope or ["*"], "inline": args.allow_inline}
+            await record_credential_access(
+                nc.jetstream(), action="credential.put", credential=args.name, who=who or "anonymous",
+                outcome="stored", kind=args.kind, remote="cli",
+            )
             await store.put(args.name, args.kind, data, scope)
             _print_json({"name": args.name, "kind": args.kind, "scope": scope, "stored": True})
         elif args.action == "list":
@@ -215,6 +280,10 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
             if not await store.exists(args.name):
                 print(f"noetl: no credential {args.name!r}", file=sys.stderr)
                 return 1
+            await record_credential_access(
+                nc.jetstream(), action="credential.delete", credential=args.name, who=who or "anonymous",
+                outcome="deleted", remote="cli",
+            )
             await store.delete(args.name)
             _print_json({"name": args.name, "deleted": True})
     except KeychainUnresolvedError as e:
@@ -323,6 +392,12 @@ def add_parsers(sub: Any, nats_url_default: str) -> None:
         action="store_true",
         help="inline playbooks (sent with the request, not registered) may use it too; off by default",
     )
+    a.add_argument("--allow-weak", action="store_true",
+                   help="store a secret shorter than 8 characters or a common word all the same")
+    a.add_argument("--anonymous", action="store_true",
+                   help="write over an anonymous NATS connection (a private nats-server only)")
     action("list", "names and kinds, never values")
     a = action("delete", "delete a credential with its history")
     a.add_argument("name")
+    a.add_argument("--anonymous", action="store_true",
+                   help="delete over an anonymous NATS connection (a private nats-server only)")

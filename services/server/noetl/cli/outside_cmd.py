@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Any
 
+from noetl.cli.as_principal import call_service, principal_token
 from noetl.cli.ops_cmd import _check_id, _print_json, action_parsers, client_parser
 
 
@@ -39,6 +40,12 @@ async def _signal(nc: Any, args: argparse.Namespace) -> int:
 
     _check_id(args.execution_id)
     data = _json_arg(args.data, "--data")
+    if principal_token():
+        body = {"execution_id": args.execution_id, "signal": args.name, "data": data}
+        body["request_id"] = args.request_id
+        if args.force:
+            body["force"] = True
+        return _answer(await call_service(nc, "noetl.api.signal", body))
     return _answer(
         await signal(nc.jetstream(), args.execution_id, args.name, data, args.request_id, force=args.force)
     )
@@ -48,6 +55,9 @@ async def _pause(nc: Any, args: argparse.Namespace) -> int:
     from noetl.client.run import pause
 
     _check_id(args.execution_id)
+    if principal_token():
+        body = {"execution_id": args.execution_id, "reason": args.reason}
+        return _answer(await call_service(nc, "noetl.api.pause", body))
     return _answer(await pause(nc.jetstream(), args.execution_id, args.reason))
 
 
@@ -55,41 +65,54 @@ async def _resume(nc: Any, args: argparse.Namespace) -> int:
     from noetl.client.run import resume
 
     _check_id(args.execution_id)
+    if principal_token():
+        return _answer(await call_service(nc, "noetl.api.resume", {"execution_id": args.execution_id}))
     return _answer(await resume(nc.jetstream(), args.execution_id))
+
+
+def _print_schedules(out: list[dict[str, Any]], as_json: bool) -> int:
+    if as_json:
+        _print_json(out)
+        return 0
+    for sch in out:
+        state = "paused" if sch.get("paused") else "active"
+        skipped = ""
+        if sch.get("skipped"):  # --overlap skip: due times that started nothing
+            skipped = f"  skipped {sch['skipped']}, last {sch.get('last_skipped')}"
+        print(
+            f"{sch['name']:<24} {state:<7} {sch['cron']!r:<20} {sch.get('timezone') or 'UTC':<16} "
+            f"{sch['path']}  next {sch.get('next_fire') or '-'}{skipped}"
+        )
+    return 0
+
+
+def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
+    """``noetl schedule add``'s flags as the request body of ``/api/schedules`` and the service."""
+    body: dict[str, Any] = {"path": args.path, "cron": args.cron, "overlap": args.overlap}
+    for key, value in (("version", args.version), ("timezone", args.timezone),
+                       ("payload", _json_arg(args.payload, "--payload"))):
+        if value is not None:
+            body[key] = value
+    return body
 
 
 async def _schedule(nc: Any, args: argparse.Namespace) -> int:
     from noetl.store.schedules import ScheduleStore
 
+    if principal_token():  # as a principal: the checked NATS service
+        subject = f"noetl.api.schedule.{args.action}"
+        body = {} if args.action == "list" else {"name": args.name}
+        if args.action == "add":
+            body.update(_schedule_body(args))
+        got = await call_service(nc, subject, body)
+        if args.action != "list" or "error" in got:
+            return _answer(got)
+        return _print_schedules(got.get("schedules") or [], args.json)
     store = await ScheduleStore.open(nc.jetstream())
     if args.action == "list":
-        out = await store.list()
-        if args.json:
-            _print_json(out)
-            return 0
-        for sch in out:
-            state = "paused" if sch.get("paused") else "active"
-            skipped = ""
-            if sch.get("skipped"):  # --overlap skip: due times that started nothing
-                skipped = f"  skipped {sch['skipped']}, last {sch.get('last_skipped')}"
-            print(
-                f"{sch['name']:<24} {state:<7} {sch['cron']!r:<20} {sch.get('timezone') or 'UTC':<16} "
-                f"{sch['path']}  next {sch.get('next_fire') or '-'}{skipped}"
-            )
-        return 0
-    if args.action == "add":
-        payload = _json_arg(args.payload, "--payload")
-        return _answer(
-            await store.add(
-                args.name,
-                path=args.path,
-                version=args.version,
-                cron=args.cron,
-                timezone=args.timezone,
-                payload=payload,
-                overlap=args.overlap,
-            )
-        )
+        return _print_schedules(await store.list(), args.json)
+    if args.action == "add":  # as /api/schedules: a schedule of a playbook not in the catalog is refused
+        return _answer(await store.add_request(args.name, _schedule_body(args)))
     if args.action == "pause":
         return _answer(await store.set_paused(args.name, True))
     if args.action == "resume":

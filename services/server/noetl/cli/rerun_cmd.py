@@ -12,6 +12,7 @@ import json
 import sys
 from typing import Any
 
+from noetl.cli.as_principal import call_service, principal_token, service_error
 from noetl.cli.ops_cmd import _check_id, _print_json, client_parser
 
 
@@ -49,25 +50,38 @@ async def _rerun(nc: Any, args: argparse.Namespace) -> int:
         if problem is not None:
             print(problem, file=sys.stderr)
             return 2
-    bus = as_bus(nc.jetstream())
-    catalog = await Catalog.open(bus)
-    got = await prepare_rerun(
-        bus,
-        catalog,
-        args.execution_id,
-        from_step=args.from_step,
-        payload=payload,
-        playbook=text,
-        version=args.version,
-        request_id=args.request_id,
-    )
-    if isinstance(got, dict):
-        err = got["error"]
-        print(f"noetl: {err.get('message')} ({err.get('kind')})", file=sys.stderr)
-        return 2
-    out = got.to_dict()
-    if not args.dry_run:
-        out["execution_id"] = await submit(bus, got.request)
+    if principal_token():  # as a principal: the checked NATS service plans and starts it
+        body: dict[str, Any] = {"execution_id": args.execution_id, "dry_run": bool(args.dry_run)}
+        for key, value in (
+            ("from", args.from_step), ("payload", payload), ("playbook", text),
+            ("version", args.version), ("request_id", args.request_id),
+        ):
+            if value is not None:
+                body[key] = value
+        out = await call_service(nc, "noetl.api.rerun", body)
+        if (refused := service_error(out)) is not None:
+            print(f"noetl: {refused.get('message')} ({refused.get('kind')})", file=sys.stderr)
+            return 2
+    else:
+        bus = as_bus(nc.jetstream())
+        catalog = await Catalog.open(bus)
+        got = await prepare_rerun(
+            bus,
+            catalog,
+            args.execution_id,
+            from_step=args.from_step,
+            payload=payload,
+            playbook=text,
+            version=args.version,
+            request_id=args.request_id,
+        )
+        if isinstance(got, dict):
+            err = got["error"]
+            print(f"noetl: {err.get('message')} ({err.get('kind')})", file=sys.stderr)
+            return 2
+        out = got.to_dict()
+        if not args.dry_run:
+            out["execution_id"] = await submit(bus, got.request)
     if args.json:
         _print_json(out)
         return 0

@@ -35,6 +35,12 @@ async def cli_connect(url: str, name: str, timeout: float = 5.0) -> Any:
         )
     except (TimeoutError, OSError, nats.errors.Error) as e:
         raise Unreachable(state, e) from e
+    from noetl.cli.as_principal import principal_token
+
+    if principal_token():
+        # as a principal the CLI goes through the NATS service, whose server checked JetStream;
+        # a principal's NATS user may not ask JetStream itself (docs/security.md#nats)
+        return nc
     try:
         await check_jetstream(nc, name.removeprefix("noetl-"), timeout=min(timeout, 5.0))
     except DeploymentError as e:

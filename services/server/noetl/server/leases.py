@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -42,7 +41,9 @@ DEFAULT_TTL = 6.0
 
 
 def lease_ttl() -> float:
-    return float(os.environ.get("NOETL_LEASE_TTL", DEFAULT_TTL))
+    from noetl.events.settings import setting
+
+    return float(setting("lease_ttl"))
 
 
 class PartitionLeases:

@@ -8,24 +8,34 @@ executions that were already finished when the link was made.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from noetl.events import subjects as s
 from noetl.events.envelope import loads
 from noetl.events.nats_port import as_bus
+from noetl.server.api.queries import execution_namespace, namespace_of_request
+
+Visible = Callable[[str], bool]  # whether the caller may read a namespace (docs/security.md)
 
 REQUESTED = s.events_named("playbook.execution.requested")
 FINISHED = s.events_named("workflow.finished")
 FORKED = s.events_named("execution.forked")
 
 
-async def reruns_of(conn: Any, execution_id: str) -> list[dict[str, Any]]:
-    """The executions forked from ``execution_id``, oldest first."""
+async def reruns_of(conn: Any, execution_id: str, visible: Visible | None = None) -> list[dict[str, Any]]:
+    """The executions forked from ``execution_id``, oldest first; with ``visible``, only those of
+    namespaces it admits (a rerun may run another playbook, in another namespace)."""
+    bus = as_bus(conn)
     out = []
-    for m in await as_bus(conn).read(s.EVENTS_STREAM, [FORKED]):
+    for m in await bus.read(s.EVENTS_STREAM, [FORKED]):
         ev = loads(m.data)
         p = ev.get("payload") or {}
         if p.get("from_execution_id") == execution_id:
+            if visible is not None:
+                namespace = await execution_namespace(bus, str(ev.get("execution_id")))
+                if namespace is None or not visible(namespace):
+                    continue
             out.append(
                 {
                     "execution_id": ev.get("execution_id"),
@@ -36,9 +46,10 @@ async def reruns_of(conn: Any, execution_id: str) -> list[dict[str, Any]]:
     return out
 
 
-async def children_of(conn: Any, execution_id: str) -> list[dict[str, Any]]:
+async def children_of(conn: Any, execution_id: str, visible: Visible | None = None) -> list[dict[str, Any]]:
     """The child executions ``execution_id`` started, in the order they were requested, with
-    their status (``running`` until their ``workflow.finished``)."""
+    their status (``running`` until their ``workflow.finished``); with ``visible``, only those of
+    namespaces it admits."""
     bus = as_bus(conn)
     out: dict[str, dict[str, Any]] = {}
     for m in await bus.read(s.EVENTS_STREAM, [REQUESTED]):
@@ -46,6 +57,8 @@ async def children_of(conn: Any, execution_id: str) -> list[dict[str, Any]]:
         if ev.get("parent_execution_id") != execution_id or ev.get("execution_id") in out:
             continue
         p = ev.get("payload") or {}
+        if visible is not None and not visible(namespace_of_request(p)):
+            continue
         out[str(ev.get("execution_id"))] = {
             "execution_id": ev.get("execution_id"),
             "path": p.get("path"),
@@ -65,9 +78,11 @@ async def children_of(conn: Any, execution_id: str) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-async def lineage(conn: Any, execution_id: str, events: list[dict[str, Any]]) -> dict[str, Any]:
+async def lineage(
+    conn: Any, execution_id: str, events: list[dict[str, Any]], visible: Visible | None = None
+) -> dict[str, Any]:
     """``{parent_execution_id, forked_from, children, reruns}`` of an execution whose events are
-    ``events``."""
+    ``events``; children and reruns in namespaces ``visible`` does not admit are left out."""
     requested = next((e for e in events if e.get("name") == "playbook.execution.requested"), {})
     forked = next((e for e in events if e.get("name") == "execution.forked"), None)
     fp = (forked or {}).get("payload") or {}
@@ -79,6 +94,6 @@ async def lineage(conn: Any, execution_id: str, events: list[dict[str, Any]]) ->
             if forked
             else None
         ),
-        "children": await children_of(conn, execution_id),
-        "reruns": await reruns_of(conn, execution_id),
+        "children": await children_of(conn, execution_id, visible),
+        "reruns": await reruns_of(conn, execution_id, visible),
     }

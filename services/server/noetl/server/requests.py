@@ -8,12 +8,14 @@ the playbook text, the payload and the list of keychain entries that did not res
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from noetl.dsl.cache import digest_of, parse_playbook
 from noetl.dsl.errors import (
     CredentialScopeError,
     ExecutionFinishedError,
+    ForbiddenError,
     NoSuchEntityError,
     PlaybookInvalidError,
     RequestInvalidError,
@@ -27,6 +29,7 @@ from noetl.dsl.names import (
 )
 from noetl.engine.endings import ending
 from noetl.events import subjects as s
+from noetl.events import tracing
 from noetl.events import vocabulary as vocab
 from noetl.events.clock import utc_now
 from noetl.events.envelope import (
@@ -44,11 +47,15 @@ from noetl.events.nats_port import as_bus
 from noetl.events.port import store_all
 from noetl.store.catalog import MAX_MESSAGE_BYTES, Catalog
 from noetl.store.credentials import scope_allows
+from noetl.store.principals import Principal, namespace_of
 
 log = logging.getLogger("noetl.server")
 
 # below NATS's own 1 MiB message limit, so the limit is ours to report, with a reason
 MAX_REQUEST_BYTES = 512 * 1024
+# signals one execution may receive: each one waits in its queue until a step takes it, and the
+# queue lives in the engine's state, so an unbounded stream of them grows every snapshot
+MAX_SIGNALS = 10_000
 # far deeper than any real input; deep enough nesting exhausts Python's recursion in every walk
 MAX_PAYLOAD_DEPTH = 64
 
@@ -64,6 +71,13 @@ def _depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH + 1) -> int:
     return deepest
 
 
+def _principal_name(req: dict[str, Any]) -> str:
+    """Who sent a cancel, signal, pause or resume: the principal the API or NATS service vouched
+    for, else ``nats`` (a client of ``noetl.requests.*`` itself, whom NATS's permissions admit)."""
+    name = req.get("principal")
+    return name[:100] if isinstance(name, str) and name else "nats"
+
+
 class RequestHandler:
     def __init__(self, bus: Any, catalog: Catalog, credentials: Any, partitions: int = 1) -> None:
         self.bus = as_bus(bus)
@@ -71,8 +85,27 @@ class RequestHandler:
         self.credentials = credentials
         self.partitions = partitions
 
-    async def handle(self, data: bytes, msg_id: str | None = None) -> dict[str, Any]:
-        """Validate and record one request. Returns ``{execution_id}`` or ``{error, problems}``."""
+    async def handle(
+        self,
+        data: bytes,
+        msg_id: str | None = None,
+        *,
+        principal: Principal | None = None,
+        scheduled: bool = False,
+        forked: bool = False,
+    ) -> dict[str, Any]:
+        """Validate and record one request. Returns ``{execution_id}`` or ``{error, problems}``.
+
+        ``principal``: the caller, for a request from the HTTP API, the NATS service or the
+        console. Such a request may not set the fields only the server and workers set
+        (``schedule``, ``parent_*``, ``execution_id``, a ``schedule.*`` request id; ``fork`` unless
+        ``forked``: a rerun the server prepared, ``noetl.server.rerun``), and is refused
+        (``forbidden``, nothing recorded) unless the principal may write the playbook's namespace.
+        Without one the request came over ``noetl.requests.execute``, whose publishers NATS's
+        permissions vouch for (workers starting children); even there a schedule's fields are the
+        scheduler's alone (``scheduled``, in this process).
+        """
+        began = time.time_ns() if tracing.enabled() else 0
         try:
             req = self._parse(data)
         except RequestInvalidError as e:
@@ -83,6 +116,11 @@ class RequestHandler:
             execution_id = execution_id_for(known)
             await self._reject(execution_id, s.partition_of(execution_id, self.partitions), e.to_dict(), {})
             return {"execution_id": execution_id, "error": e.to_dict()}
+        try:
+            self._check_reserved(req, msg_id, principal, scheduled, forked)
+        except RequestInvalidError as e:  # recorded nowhere: its id may be a schedule's next fire
+            log.warning("request refused: %s", e.message)
+            return {"error": e.to_dict()}
         request_id = str(
             req.get("request_id") or msg_id or derive_id("request", data.decode(errors="replace"))
         )
@@ -90,6 +128,10 @@ class RequestHandler:
         partition = s.partition_of(execution_id, self.partitions)
         if await self._already_requested(execution_id):
             return {"execution_id": execution_id}  # the same answer a retry of the first got
+        if principal is not None and not req.get("playbook") and (
+            forbidden := self._forbidden(principal, namespace_of(str(req["path"])), execution_id)
+        ):
+            return forbidden  # before the catalog is read: another namespace's paths are not probed
         try:
             text, file = await self._playbook_text(req)
             playbook = parse_playbook(text, file)  # validated once per distinct text
@@ -100,14 +142,30 @@ class RequestHandler:
             await self._reject(execution_id, partition, e.to_dict(), req)
             return {"execution_id": execution_id, "error": e.to_dict()}
         digest = digest_of(text)
-        missing, refused = [], []
         origin = None if req.get("playbook") else str(req["path"])  # what the request can prove
+        claimed = playbook.metadata.path or playbook.metadata.name  # an inline playbook's own word
+        namespace = namespace_of(origin if origin is not None else claimed)
+        if principal is not None and (forbidden := self._forbidden(principal, namespace, execution_id)):
+            return forbidden
+        if principal is None and req.get("parent_execution_id"):
+            # a child (the `playbook` tool) acts for whoever started its parent: an inline playbook of
+            # team_b may not drive team_a's credentialed playbook with its own inputs
+            principal = await self._principal_of(str(req["parent_execution_id"]))
+            if principal is not None and not principal.may("write", namespace):
+                denied = ForbiddenError(
+                    f"principal {principal.name!r} ({principal.role}), who started parent execution "
+                    f"{req['parent_execution_id']}, may not start playbooks in namespace {namespace!r}"
+                )
+                await self._reject(execution_id, partition, denied.to_dict(), req)  # the parent waits for it
+                return {"execution_id": execution_id, "error": denied.to_dict()}
+        missing: list[str] = []
+        refused: list[str] = []
         mismatched: list[dict[str, Any]] = []
         for entry in playbook.keychain:
             scope = await self.credentials.scope(entry.name) if self.credentials is not None else None
             if scope is None:
                 missing.append(entry.name)
-            elif not scope_allows(scope, origin):
+            elif not scope_allows(scope, origin, digest):
                 refused.append(entry.name)
             elif self.credentials is not None:
                 stored = await self.credentials.kind(entry.name)
@@ -148,6 +206,8 @@ class RequestHandler:
                 **({"keychain_mismatch": mismatched} if mismatched else {}),
                 "partition": partition,
                 "request_id": request_id,
+                "namespace": namespace,
+                **({"principal": principal.grant()} if principal is not None else {}),
                 **({"schedule": req["schedule"]} if req.get("schedule") else {}),
                 **({"parent_iter": req["parent_iter"]} if req.get("parent_iter") is not None else {}),
                 **({"fork": req["fork"]} if req.get("fork") is not None else {}),
@@ -167,7 +227,65 @@ class RequestHandler:
             return {"execution_id": execution_id, "error": invalid.to_dict()}
         subject = s.event_subject(partition, execution_id, event["name"])
         await store_all(self.bus, [(subject, data, event["event_id"])])
+        if began:
+            trace = str(event.get("trace_id") or execution_id)
+            tracing.record(
+                "request",
+                trace,
+                span_id=tracing.span_int(trace, "request", execution_id),
+                parent=tracing.root_span(trace, execution_id),
+                start=began,
+                end=time.time_ns(),
+                attributes={"execution_id": execution_id, "request_id": request_id, "path": origin or ""},
+            )
         return {"execution_id": execution_id}
+
+    @staticmethod
+    def _forbidden(principal: Principal, namespace: str, execution_id: str) -> dict[str, Any] | None:
+        """The refusal of a request in a namespace the principal may not write; nothing is
+        recorded for it (the namespace is not the caller's to fill with failed executions)."""
+        if principal.may("write", namespace):
+            return None
+        err = ForbiddenError(
+            f"principal {principal.name!r} ({principal.role}) may not start executions "
+            f"in namespace {namespace!r}"
+        )
+        log.warning("request for %s refused: %s", execution_id, err.message)
+        return {"error": err.to_dict()}
+
+    @staticmethod
+    def _check_reserved(
+        req: dict[str, Any], msg_id: str | None, principal: Principal | None, scheduled: bool, forked: bool
+    ) -> None:
+        """The fields whose value is the server's or a worker's word, refused from anyone else:
+        a ``schedule.<name>.<due>`` request id would squat a schedule's next fire, and ``schedule``
+        or ``parent_*`` would list an execution under a schedule or a parent it has nothing to do
+        with."""
+        if scheduled:
+            return
+        request_id = str(req.get("request_id") or msg_id or "")
+        if request_id.startswith("schedule.") or req.get("schedule") is not None:
+            raise RequestInvalidError(
+                "request ids `schedule.*` and the field `schedule` are the scheduler's: leave them out"
+            )
+        if principal is not None:
+            reserved = ("parent_execution_id", "parent_iter", "execution_id") + (() if forked else ("fork",))
+            # `fork` names the execution it continues and carries its ctx: only a rerun the server
+            # prepared after checking the caller against that execution sets it
+            taken = sorted(k for k in reserved if k in req)
+            if taken:
+                raise RequestInvalidError(
+                    f"request {'fields' if len(taken) > 1 else 'field'} {', '.join(taken)}: set by the "
+                    "server and workers only; leave it out"
+                )
+
+    async def _principal_of(self, execution_id: str) -> Principal | None:
+        """The principal recorded with an execution's request (None: it was requested without)."""
+        subject = s.execution_event_filter(execution_id, "playbook.execution.requested")
+        msg = await self.bus.last(s.EVENTS_STREAM, subject)
+        if msg is None:
+            return None
+        return Principal.from_grant((loads(msg.data).get("payload") or {}).get("principal"))
 
     async def _already_requested(self, execution_id: str) -> bool:
         """The same request id runs once, also after JetStream's duplicate window has passed."""
@@ -204,7 +322,10 @@ class RequestHandler:
             entity_type="workflow",
             entity_id=execution_id,
             status="in_progress",
-            payload={"reason": str(req.get("reason") or "cancelled by request")},
+            payload={
+                "reason": str(req.get("reason") or "cancelled by request"),
+                "principal": _principal_name(req),
+            },
         )
         subject = s.event_subject(partition, execution_id, event["name"])
         await store_all(self.bus, [(subject, dumps(event), event["event_id"])])
@@ -225,7 +346,7 @@ class RequestHandler:
         request_id = str(req.get("request_id") or msg_id or derive_id(what, data.decode(errors="replace")))
         if problem := request_id_problem(request_id):
             return reply_error(RequestInvalidError(f"{what}: {problem}"))
-        payload: dict[str, Any] = {"request_id": request_id}
+        payload: dict[str, Any] = {"request_id": request_id, "principal": _principal_name(req)}
         if what == "signal":
             if problem := signal_name_problem(req.get("signal")):
                 return reply_error(RequestInvalidError(problem))
@@ -240,6 +361,13 @@ class RequestHandler:
             return reply_error(
                 ExecutionFinishedError(f"execution {execution_id} has finished: there is nothing to {what}")
             )
+        if what == "signal":
+            received = s.execution_event_filter(execution_id, vocab.SIGNAL_RECEIVED)
+            if len(await self.bus.read(s.EVENTS_STREAM, [received])) >= MAX_SIGNALS:
+                return reply_error(RequestInvalidError(
+                    f"execution {execution_id} has received {MAX_SIGNALS} signals, the most one execution "
+                    "takes: its queue would grow without bound"
+                ))
         names: dict[str, EventName] = {"signal": vocab.SIGNAL_RECEIVED, "pause": vocab.PAUSE_REQUESTED}
         name = names.get(what, vocab.RESUME_REQUESTED)
         event = make_event(
@@ -382,8 +510,10 @@ class RequestHandler:
         """A rejected request still ends in ``workflow.finished``, so a waiting client learns why."""
         log.warning("request for %s rejected: %s", execution_id, error.get("message"))
         msgs = []
+        # the namespace of what was asked for, so its readers (and only they) can see why it failed
+        where = {"namespace": namespace_of(str(req["path"]))} if isinstance(req.get("path"), str) else {}
         closing: list[tuple[EventName, EntityType, Status, dict[str, Any]]] = [
-            (vocab.REQUEST_EVALUATED, "playbook", "error", {"error": error})
+            (vocab.REQUEST_EVALUATED, "playbook", "error", {"error": error, **where})
         ]
         for name, entity_type, status, payload in closing + ending("failed", error=error):
             ev = make_event(

@@ -10,6 +10,7 @@ the HTTP API and the console all go through ``prepare_rerun``.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from noetl.dsl.errors import NoSuchEntityError, RerunRefusedError, reply_error
 from noetl.dsl.specmerge import deep_merge
 from noetl.engine.fork import ForkPlan, plan_fork
 from noetl.events.bus import read_execution_events
+from noetl.store.principals import Principal
 
 
 @dataclass
@@ -115,3 +117,35 @@ async def prepare_rerun(
         return reply_error(RerunRefusedError(plan.problem))
     request["fork"] = plan.fork_payload()
     return Rerun(plan, request)
+
+
+def rerun_options(body: dict[str, Any]) -> dict[str, Any] | str:
+    """``prepare_rerun``'s keyword arguments from a rerun request's body (the HTTP API's and the
+    NATS service's: ``{from?, payload?, playbook? | version?, request_id?}``), or why it is not one."""
+    payload, playbook, version = body.get("payload"), body.get("playbook"), body.get("version")
+    if payload is not None and not isinstance(payload, dict):
+        return "`payload` must be a JSON object (merged over the original's)"
+    if playbook is not None and not isinstance(playbook, str):
+        return "`playbook` must be the playbook's YAML text"
+    if playbook is not None and version is not None:
+        return "give `playbook` or `version`, not both"
+    return {
+        "from_step": str(body["from"]) if body.get("from") else None,
+        "payload": payload,
+        "playbook": playbook,
+        "version": str(version) if version is not None else None,
+        "request_id": str(body["request_id"]) if body.get("request_id") else None,
+    }
+
+
+async def start_rerun(requests: Any, rerun: Rerun, principal: Principal | None) -> dict[str, Any]:
+    """Record the rerun's request through the server's request handler. With ``principal`` (the
+    HTTP API, the NATS service, the console: each has checked first that it may act on the
+    original) it is checked like any request of that principal, so it must also be one that may
+    start executions in the new execution's namespace; ``forked`` lets it carry the ``fork`` that
+    no request from outside may set."""
+    data = json.dumps(rerun.request).encode()
+    reply: dict[str, Any] = await requests.handle(
+        data, rerun.request["request_id"], principal=principal, forked=True
+    )
+    return reply

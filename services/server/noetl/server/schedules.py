@@ -70,7 +70,7 @@ async def fire(
     }
     if sch.get("version"):
         request["version"] = sch["version"]
-    reply = await requests.handle(dumps(request), request_id)
+    reply = await requests.handle(dumps(request), request_id, scheduled=True)
     await store.record(name, due, reply.get("execution_id") or execution_id_for(request_id))
     return reply
 

@@ -28,7 +28,7 @@ from noetl.engine import ExecutionState, decide, is_input, new_state
 from noetl.engine.endings import ending
 from noetl.engine.fold import replay
 from noetl.events import subjects as s
-from noetl.events import supervise
+from noetl.events import supervise, tracing
 from noetl.events.clock import utc_now
 from noetl.events.envelope import Event, WireError, decode_event, dumps, loads, make_event
 from noetl.events.ids import derive_id
@@ -43,6 +43,7 @@ from noetl.events.port import (
     QueueConfig,
     ReaderLostError,
     RefusedError,
+    UnavailableError,
 )
 from noetl.events.retry import describe, is_transient, retrying
 from noetl.events.runtime import cancel_and_wait, process_id
@@ -51,6 +52,7 @@ from noetl.server import schedules, timers
 from noetl.server.lanes import SLOW_DECISION_S, SlowLanes
 from noetl.server.leases import PartitionLeases
 from noetl.server.requests import RequestHandler
+from noetl.server.traces import trace_decision
 from noetl.store.catalog import Catalog
 
 log = logging.getLogger("noetl.server")
@@ -62,6 +64,8 @@ _WAITED_FOR = frozenset({"workflow.finished", "playbook.processed"})
 _NATS_ERRORS = (nats.errors.Error, BusError)
 # a request taken by a replica that then died goes to another one after this many seconds
 REQUEST_ACK_WAIT = 10.0
+# how long a rebuild waits for its reader to deliver the input being decided before reading again
+REBUILD_PATIENCE = 15.0
 # an owned partition whose reader is being opened again for longer than this is reported without one
 READER_GRACE = 10.0
 
@@ -454,6 +458,8 @@ class Server:
     ) -> None:
         if self.observer is not None:
             self._observe(event, decision.events)
+        if tracing.enabled():  # spans, and each command's traceparent (off: this check only)
+            trace_decision(self.states.get(event["execution_id"]), event, decision)
         group = groups.setdefault(event["execution_id"], _Outputs(event))
         group.cause = event
         group.objects.extend(decision.objects)
@@ -712,9 +718,34 @@ class Server:
         return decide(state, event)
 
     async def _rebuild(self, execution_id: str, before_seq: int) -> ExecutionState | None:
-        msgs = await self.bus.read(
-            s.EVENTS_STREAM, s.execution_input_filters(execution_id), before_seq=before_seq
-        )
+        """The execution's state from its inputs before ``before_seq`` (the input being decided).
+
+        Read with an ordered reader until it delivers that input itself: a reader delivers in
+        stream order, so reaching it proves every earlier input was read. A read that stops where
+        the reader's replica said the stream ended could come from a replica still catching up
+        after a partition healed, and a state folded from a truncated history decides again what
+        was already decided, under other ids (iterations scheduled twice, seen in the fault
+        matrix's partition case)."""
+        filters = s.execution_input_filters(execution_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + REBUILD_PATIENCE
+        reader = await self.bus.reader(s.EVENTS_STREAM, filters, start_seq=1)
+        msgs: list[Message] = []
+        try:
+            while True:
+                batch = await reader.fetch(512, 1.0)
+                reached = next((i for i, m in enumerate(batch) if m.seq >= before_seq), None)
+                msgs.extend(batch if reached is None else batch[:reached])
+                if reached is not None:
+                    break
+                if loop.time() > deadline:
+                    raise UnavailableError(
+                        f"rebuilding {execution_id}: its input at sequence {before_seq} was not read back "
+                        f"within {REBUILD_PATIENCE:g} s (a replica behind the stream); reading again"
+                    )
+        finally:
+            with contextlib.suppress(Exception):
+                await reader.close()
         state, _ = replay([await self.catalog.with_playbook_text(loads(m.data)) for m in msgs])
         return state
 

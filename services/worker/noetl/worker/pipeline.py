@@ -28,6 +28,7 @@ from noetl.dsl.model import Playbook, Step, Task
 from noetl.dsl.policy import apply_patch, evaluate_task_policy
 from noetl.dsl.specmerge import deep_merge, effective_step_spec, effective_task_spec, scoped
 from noetl.dsl.templates import TemplateEngine
+from noetl.events import tracing
 from noetl.events.vocabulary import EventName
 from noetl.host import logs
 from noetl.worker.output import TaskOutput, capturing
@@ -297,7 +298,10 @@ class Pipeline:
                 extra=extra,
             )
             with capturing() as output:  # this run's prints and log records, no other run's
-                outcome = await get_tool(kind).run(rendered, tctx)
+                if tracing.enabled():  # off: this check only
+                    outcome = await self._traced(kind, task.name, rendered, tctx)
+                else:
+                    outcome = await get_tool(kind).run(rendered, tctx)
         except NoetlError as e:
             outcome = {"status": "error", "error": e.to_dict()}
         except Exception as e:  # a bug in a kind must not take the worker down
@@ -307,6 +311,19 @@ class Pipeline:
             }
         outcome["meta"] = {**clock.meta(task.name, attempt, self.trace_id), **(outcome.get("meta") or {})}
         return outcome, output
+
+    async def _traced(
+        self, kind: str, name: str, rendered: dict[str, Any], tctx: ToolContext
+    ) -> dict[str, Any]:
+        """``task <name>`` with ``tool <kind>`` inside, under the current ``command`` span."""
+        trace = self.trace_id or self.execution_id
+        attrs = {"execution_id": self.execution_id, "step": self.step.name, "task": name, "kind": kind}
+        with tracing.span(f"task {name}", trace, attributes={**attrs, "attempt": tctx.attempt}):
+            with tracing.span(f"tool {kind}", trace, attributes=attrs) as sp:
+                outcome = await get_tool(kind).run(rendered, tctx)
+                if sp is not None:
+                    sp.set_attribute("noetl.status", str(outcome.get("status")))
+            return outcome
 
 
 def _strip(outcome: dict[str, Any]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from noetl.dsl.errors import (
 from noetl.dsl.model import Playbook
 from noetl.dsl.names import pool_problem
 from noetl.events import subjects as s
-from noetl.events import supervise
+from noetl.events import supervise, tracing
 from noetl.events import vocabulary as vocab
 from noetl.events.clock import utc_now
 from noetl.events.envelope import (
@@ -63,12 +63,12 @@ from noetl.worker.pipeline import Pipeline, RunResult, Snapshot
 
 log = logging.getLogger("noetl.worker")
 
-# The lease: a command not acked or touched (in-progress ack) within ACK_WAIT goes to another worker.
-ACK_WAIT = float(os.environ.get("NOETL_ACK_WAIT", "30"))
-# A command delivered this many times keeps killing workers: it ends as worker_lost instead. The
-# worker decides that, not JetStream: the consumer delivers without limit, so a command is never
-# dropped unanswered (a worker_lost event that cannot be stored is tried again at the next delivery).
-MAX_DELIVER = int(os.environ.get("NOETL_MAX_DELIVER", "5"))
+# The lease (NOETL_ACK_WAIT, read per worker from the settings, default 30 s): a command not acked
+# or touched (in-progress ack) within it goes to another worker.
+# NOETL_MAX_DELIVER (default 5): a command delivered this many times keeps killing workers: it ends
+# as worker_lost instead. The worker decides that, not JetStream: the consumer delivers without
+# limit, so a command is never dropped unanswered (a worker_lost event that cannot be stored is
+# tried again at the next delivery).
 _CANCELLED_KEEP = 10_000
 # JetStream refuses messages over 1 MiB; leave room for the envelope
 MAX_TERMINAL_BYTES = 900 * 1024
@@ -95,6 +95,11 @@ class Worker:
         self._ack_all = replicated(replicas)  # see Outbox: every event acked on replicated streams
         self.pool, self.concurrency = pool, concurrency
         self.credentials = credentials
+        from noetl.events.settings import setting
+
+        # read once here, not at import: a bad value is refused by the process that uses it
+        self.ack_wait: float = setting("ack_wait")
+        self.max_deliver: int = setting("max_deliver")
         self._running: set[asyncio.Task[None]] = set()
         self._slot_freed: asyncio.Future[None] | None = None
         self._leases: dict[int, Any] = {}  # messages of running commands by id, touched by one ticker
@@ -170,7 +175,7 @@ class Worker:
             s.COMMANDS_STREAM,
             s.worker_consumer(self.pool),
             s.command_subject(self.pool),
-            ack_wait=ACK_WAIT,
+            ack_wait=self.ack_wait,
             max_deliver=-1,
         )
         queue = await self.bus.queue(config)
@@ -207,7 +212,7 @@ class Worker:
     async def _lease_loop(self) -> None:
         """One ticker for every running command instead of a timer each: in-progress acks."""
         while self._leasing:  # a flag, not only the cancel: see RuntimeRegistrar._loop
-            await asyncio.sleep(ACK_WAIT / 3)
+            await asyncio.sleep(self.ack_wait / 3)
             for msg in list(self._leases.values()):
                 with contextlib.suppress(Exception):
                     await msg.in_progress()
@@ -254,7 +259,7 @@ class Worker:
                     log.error("dropped a malformed command on %s: %s", msg.subject, e)
                     await msg.term()
                 return
-            if msg.delivered >= MAX_DELIVER and MAX_DELIVER > 1:
+            if msg.delivered >= self.max_deliver and self.max_deliver > 1:
                 await self._worker_lost(cmd, msg.delivered)
             else:
                 await self._run_command(cmd, msg)
@@ -426,7 +431,25 @@ class Worker:
     async def _run_command(self, cmd: Command, msg: Any) -> None:
         # each command runs in a task of its own, so these bindings end with it
         logs.bind(execution_id=cmd.get("execution_id"), step=cmd.get("step"), index=cmd.get("index"))
-        await self._run_bound(cmd, msg)
+        if tracing.enabled():  # off: this check only
+            trace = str(cmd.get("trace_id") or cmd["execution_id"])
+            with tracing.span(
+                f"command {cmd['step']}",
+                trace,
+                parent=str(cmd.get("traceparent") or "") or tracing.root_span(trace, cmd["execution_id"]),
+                span_id=tracing.span_int(trace, "command", cmd["command_id"], msg.delivered),
+                attributes={
+                    "execution_id": cmd["execution_id"],
+                    "command_id": cmd["command_id"],
+                    "step": cmd["step"],
+                    "pool": self.pool,
+                    "delivered": msg.delivered,
+                    "worker": self.worker_id,
+                },
+            ):
+                await self._run_bound(cmd, msg)
+        else:
+            await self._run_bound(cmd, msg)
         log.debug("command done")
 
     async def _run_bound(self, cmd: Command, msg: Any) -> None:
@@ -464,6 +487,4 @@ def _stopped() -> RunResult:
 
 
 def _cancelled() -> RunResult:
-    return RunResult(
-        ok=False, error=ExecutionCancelledError("the execution was cancelled").to_dict()
-    )
+    return RunResult(ok=False, error=ExecutionCancelledError("the execution was cancelled").to_dict())

@@ -6,7 +6,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from noetl.server.api import catalog, credentials, executions, ops, outside
-from noetl.server.api.auth import BearerAuth
+from noetl.server.api.auth import BearerAuth, SessionGenerations
 from noetl.server.api.context import ApiContext
 
 
@@ -14,6 +14,8 @@ def build_app(ctx: ApiContext) -> Starlette:
     from noetl.server.console.more_pages import routes as more_console_routes
     from noetl.server.console.pages import routes as console_routes  # it imports the API modules
 
+    if ctx.sessions is None:
+        ctx.sessions = SessionGenerations(ctx.bus)
     app = Starlette(
         routes=[
             *executions.routes,
@@ -25,7 +27,7 @@ def build_app(ctx: ApiContext) -> Starlette:
             *more_console_routes,
         ],
         middleware=[
-            Middleware(BearerAuth, token=ctx.token, admin_token=ctx.admin_token, metrics=ctx.metrics)
+            Middleware(BearerAuth, principals=ctx.principals, metrics=ctx.metrics, sessions=ctx.sessions)
         ],
     )
     app.state.noetl = ctx

@@ -26,6 +26,7 @@ from urllib.parse import quote
 from noetl.dsl.errors import UnauthorizedError, reply_error
 from noetl.server.api.metrics import Metrics
 from noetl.store.audit import token_id
+from noetl.store.principals import ANONYMOUS, Principal, Principals
 
 PROTECTED_PREFIX = "/api/"
 CONSOLE_PREFIX = "/ui"
@@ -33,10 +34,53 @@ CONSOLE_OPEN = ("/ui/login", "/ui/static/")  # the login form and its style shee
 SESSION_COOKIE = "noetl_session"
 
 
-def session_value(token: str) -> str:
-    """The console cookie for ``token``: stable across replicas and restarts (no server state),
-    and useless against ``/api/*``."""
-    return hmac.new(token.encode(), b"noetl-console-session-v1", hashlib.sha256).hexdigest()
+def session_value(token: str, generation: int = 0) -> str:
+    """The console cookie for ``token``: the same on every replica, and useless against
+    ``/api/*``. Derived from the token's SHA-256 (so a principal configured by ``token_sha256``
+    alone gets a cookie too) and the principal's session generation, which signing out raises:
+    every cookie issued before is void from then on (``SessionGenerations``)."""
+    return session_of_sha(hashlib.sha256(token.encode()).hexdigest(), generation)
+
+
+def session_of_sha(token_sha256: str, generation: int = 0) -> str:
+    """``session_value`` from the token's SHA-256 hex digest."""
+    salt = b"noetl-console-session-v1" + (f":{generation}".encode() if generation else b"")
+    return hmac.new(token_sha256.encode(), salt, hashlib.sha256).hexdigest()
+
+
+SESSIONS_BUCKET = "noetl_sessions"
+
+
+class SessionGenerations:
+    """Per principal, the generation of its console sessions, in the KV bucket ``noetl_sessions``
+    (shared by every replica): signing out raises it, so a copied cookie stops working at once."""
+
+    def __init__(self, bus: Any) -> None:
+        self.bus = bus
+        self._kv: Any = None
+
+    async def _bucket(self) -> Any:
+        if self._kv is None:
+            self._kv = await self.bus.kv(SESSIONS_BUCKET)
+        return self._kv
+
+    @staticmethod
+    def _key(name: str) -> str:
+        return hashlib.sha256(name.encode()).hexdigest()[:32]
+
+    async def get(self, name: str) -> int:
+        if self.bus is None:
+            return 0
+        entry = await (await self._bucket()).get(self._key(name))
+        return int(entry.value) if entry is not None and entry.value else 0
+
+    async def bump(self, name: str) -> int:
+        """Void every session of ``name``; returns the new generation."""
+        if self.bus is None:
+            return 0
+        generation = await self.get(name) + 1
+        await (await self._bucket()).put(self._key(name), str(generation).encode())
+        return generation
 
 
 def is_console(path: str) -> bool:
@@ -66,33 +110,43 @@ def _bearer(scope: dict[str, Any]) -> str | None:
     return None
 
 
-def _same(a: str | None, b: str | None) -> bool:
-    return bool(a and b) and hmac.compare_digest(a.encode(), b.encode())  # type: ignore[union-attr]
+def who_of(principal: Principal, token: str | None) -> dict[str, Any]:
+    """What the request scope carries about its caller: ``{role, who, name, principal}``;
+    ``who`` names the token by a hash prefix, never the token."""
+    return {
+        "role": principal.role,
+        "who": token_id(token) if token else principal.name,
+        "name": principal.name,
+        "principal": principal,
+    }
 
 
 class BearerAuth:
-    def __init__(self, app: Any, token: str | None, admin_token: str | None, metrics: Metrics) -> None:
-        self.app, self.token, self.admin_token, self.metrics = app, token, admin_token, metrics
+    def __init__(
+        self, app: Any, principals: Principals, metrics: Metrics, sessions: SessionGenerations | None = None
+    ) -> None:
+        self.app, self.principals, self.metrics = app, principals, metrics
+        self.sessions = sessions or SessionGenerations(None)
 
-    def identify(self, presented: str | None) -> dict[str, str] | None:
-        if _same(presented, self.admin_token):
-            return {"role": "admin", "who": token_id(presented)}
-        if _same(presented, self.token):
-            return {"role": "user", "who": token_id(presented)}
-        if not self.token:
-            return {"role": "anonymous", "who": token_id(presented) if presented else "anonymous"}
-        return None
+    def identify(self, presented: str | None) -> dict[str, Any] | None:
+        principal = self.principals.identify(presented)
+        return None if principal is None else who_of(principal, presented)
 
-    def identify_session(self, cookie: str | None) -> dict[str, str] | None:
-        """A console session cookie, named like the token it was derived from."""
-        for role, token in (("admin", self.admin_token), ("user", self.token)):
-            if token and _same(cookie, session_value(token)):
-                return {"role": role, "who": token_id(token)}
-        return None if self.token else {"role": "anonymous", "who": "anonymous"}
+    async def identify_session(self, cookie: str | None) -> dict[str, Any] | None:
+        """A console session cookie, named like the principal it was derived from, unless that
+        principal has signed out since it was issued."""
+        if not self.principals.required:
+            return who_of(self.principals.identify(None) or ANONYMOUS, None)
+        if not cookie:
+            return None
+        principal = await self.principals.identify_session(cookie, self.sessions.get)
+        return None if principal is None else who_of(principal, None)
 
-    def identify_console(self, scope: dict[str, Any]) -> dict[str, str] | None:
+    async def identify_console(self, scope: dict[str, Any]) -> dict[str, Any] | None:
         bearer = _bearer(scope)
-        return self.identify(bearer) if bearer else self.identify_session(_cookie(scope, SESSION_COOKIE))
+        if bearer:
+            return self.identify(bearer)
+        return await self.identify_session(_cookie(scope, SESSION_COOKIE))
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -114,7 +168,7 @@ class BearerAuth:
                     return
                 scope["noetl.auth"] = who
             elif is_console(scope["path"]) and not scope["path"].startswith(CONSOLE_OPEN):
-                who = self.identify_console(scope)
+                who = await self.identify_console(scope)
                 if who is None:
                     await _to_login(scope, send_counted)
                     return

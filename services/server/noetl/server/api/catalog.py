@@ -11,8 +11,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from noetl.dsl.errors import NoSuchEntityError, PlaybookInvalidError, RequestInvalidError
-from noetl.server.api.context import body_error, ctx_of, error, json_body, read_body
+from noetl.dsl.errors import (
+    CatalogConflictError,
+    ForbiddenError,
+    NoSuchEntityError,
+    PlaybookInvalidError,
+    RequestInvalidError,
+    reply_error,
+)
+from noetl.server.api.context import body_error, ctx_of, error, json_body, principal_of, read_body
+from noetl.store.audit import record_action
+from noetl.store.principals import namespace_of
 
 
 async def register_playbook(request: Request) -> Response:
@@ -42,10 +51,22 @@ async def register_playbook(request: Request) -> Response:
             return error(400, RequestInvalidError, "the playbook must be UTF-8 text")
         except ValueError as e:
             return body_error(e)
+    principal = principal_of(request)
     try:
-        out = await ctx_of(request).catalog.register(text, "<request>")
+        out = await ctx_of(request).catalog.register(text, "<request>", principal)
     except PlaybookInvalidError as e:
         return JSONResponse({"error": e.to_dict()}, status_code=422)
+    except (ForbiddenError, CatalogConflictError) as e:
+        await record_action(
+            ctx_of(request).bus, action="catalog.register", principal=principal.name, target="<refused>",
+            outcome=e.kind,
+        )
+        return JSONResponse(reply_error(e), status_code=403 if isinstance(e, ForbiddenError) else 409)
+    await record_action(
+        ctx_of(request).bus, action="catalog.register", principal=principal.name,
+        target=f"{out['path']}@{out.get('version') or 'latest'}", namespace=namespace_of(out["path"]),
+        digest=out["digest"],
+    )
     return JSONResponse(out, status_code=201)
 
 
@@ -56,7 +77,9 @@ async def list_playbooks(request: Request) -> Response:
     responses:
       200: {description: "[{path, version, digest, name}]"}
     """
-    return JSONResponse(await ctx_of(request).catalog.list())
+    principal = principal_of(request)
+    entries = await ctx_of(request).catalog.list()
+    return JSONResponse([e for e in entries if principal.may("read", namespace_of(e.get("path")))])
 
 
 async def get_playbook(request: Request) -> Response:
@@ -70,7 +93,8 @@ async def get_playbook(request: Request) -> Response:
       404: {description: not in the catalog}
     """
     path, version = request.path_params["path"], request.query_params.get("version")
-    text = await ctx_of(request).catalog.get(path, version)
+    visible = principal_of(request).may("read", namespace_of(path))
+    text = await ctx_of(request).catalog.get(path, version) if visible else None
     if text is None:
         which = f"{path!r}{' version ' + version if version else ''}"
         return error(404, NoSuchEntityError, f"no playbook {which}")

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from noetl.dsl.errors import NoetlError, RequestInvalidError, reply_error
 from noetl.server.api.metrics import Metrics
+from noetl.store.principals import ANONYMOUS, Principal, Principals
 
 
 @dataclass
@@ -29,6 +30,8 @@ class ApiContext:
     credentials: Any  # noetl.store.credentials.CredentialStore
     token: str | None = None
     admin_token: str | None = None
+    principals: Principals = field(default_factory=Principals)
+    sessions: Any = None  # noetl.server.api.auth.SessionGenerations, set when the app is built
     metrics: Metrics = field(default_factory=Metrics)
     # the server's own account of its deciding (``Server.liveness``): owned partitions, those
     # without a live reader, restarts; None where no server runs beside the API
@@ -52,9 +55,28 @@ def error(status: int, cls: type[NoetlError], message: str, **extra: Any) -> JSO
     return JSONResponse(reply_error(cls(message, **extra)), status_code=status)
 
 
-def auth_of(request: Request) -> dict[str, str]:
-    """``{role, who}`` set by the auth middleware; ``role`` is ``admin``, ``user`` or ``anonymous``."""
-    return request.scope.get("noetl.auth") or {"role": "anonymous", "who": "anonymous"}
+def auth_of(request: Request) -> dict[str, Any]:
+    """``{role, who, name, principal}`` set by the auth middleware; ``role`` is ``admin``,
+    ``operator`` or ``viewer`` (an API without principals: ``anonymous``, an admin)."""
+    return request.scope.get("noetl.auth") or {
+        "role": "admin", "who": "anonymous", "name": "anonymous", "principal": ANONYMOUS
+    }
+
+
+def principal_of(request: Request) -> Principal:
+    """The caller, as the auth middleware identified it."""
+    return auth_of(request).get("principal") or ANONYMOUS
+
+
+def forbidden(principal: Principal, action: str, namespace: str | None, what: str) -> JSONResponse:
+    """The 403 of a principal acting outside its role or namespaces; names no token."""
+    from noetl.dsl.errors import ForbiddenError
+
+    return error(
+        403, ForbiddenError,
+        f"principal {principal.name!r} ({principal.role}) may not {action} {what} "
+        f"in namespace {namespace or ''!r}",
+    )
 
 
 MAX_BODY = 2 * 1024 * 1024  # above NATS's 1 MiB message limit: what passes is refused downstream
@@ -91,3 +113,19 @@ async def json_body(request: Request) -> Any:
         return json.loads(raw or b"null")
     except ValueError as e:
         raise ValueError(f"body is not JSON: {e}") from None
+
+
+async def guard_execution(request: Request, execution_id: str, action: str) -> Response | None:
+    """None when the caller may ``action`` (``read`` or ``write``) the execution; else its refusal.
+    An execution in a namespace the caller may not even read is answered as one that does not
+    exist (404), so ids of other namespaces cannot be probed."""
+    from noetl.dsl.errors import NoSuchEntityError
+    from noetl.server.api.queries import execution_namespace
+
+    principal = principal_of(request)
+    namespace = await execution_namespace(ctx_of(request).bus, execution_id)
+    if namespace is None or not principal.may("read", namespace):
+        return error(404, NoSuchEntityError, f"no execution {execution_id}")
+    if action != "read" and not principal.may(action, namespace):
+        return forbidden(principal, action, namespace, f"execution {execution_id}")
+    return None

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from noetl.dsl.errors import ForbiddenError, KeychainUnresolvedError, NoSuchEntityError, RequestInvalidError
+from noetl.events.masking import weak_secrets
 from noetl.server.api.context import auth_of, body_error, ctx_of, error, json_body
 from noetl.store.audit import record_credential_access
 from noetl.store.credentials import check_name, check_scope
@@ -39,8 +40,7 @@ def _forbidden_to_manage(request: Request) -> Response | None:
     """Creating, replacing and deleting credentials is an admin's: a user token may run playbooks,
     and a user who could write a credential could point one at their own server. Without any
     token configured (a loopback-only API) there are no roles to tell apart."""
-    ctx = ctx_of(request)
-    if auth_of(request)["role"] == "admin" or not (ctx.token or ctx.admin_token):
+    if auth_of(request)["role"] == "admin":  # an API without principals: anonymous is an admin
         return None
     return error(403, ForbiddenError, "managing credentials needs the admin token (NOETL_API_ADMIN_TOKEN)")
 
@@ -92,6 +92,9 @@ async def put_credential(request: Request) -> Response:
         scope = check_scope(body.get("scope"))
     except ValueError as e:
         return error(400, RequestInvalidError, str(e))
+    if weak := weak_secrets(body["data"], kind):
+        why = "; ".join(weak)
+        return error(400, RequestInvalidError, f"credential {name!r} holds {why}: use a stronger secret")
     try:
         await ctx_of(request).credentials.put(name, kind, body["data"], scope)
     except KeychainUnresolvedError as e:
@@ -133,7 +136,8 @@ async def get_credential(request: Request) -> Response:
     out: dict[str, Any] = {"name": name, "kind": record.get("kind")}
     if request.query_params.get("include_data", "").lower() not in ("1", "true", "yes"):
         return JSONResponse(out)
-    if auth_of(request)["role"] != "admin":
+    if auth_of(request)["role"] != "admin" or auth_of(request)["name"] == "anonymous":
+        # reading a value needs an admin who showed a token: an API without principals never serves one
         await _audit(request, "credential.read", name, "denied", out["kind"])
         return error(403, ForbiddenError, "include_data needs the admin token (NOETL_API_ADMIN_TOKEN)")
     try:

@@ -20,7 +20,15 @@ from starlette.routing import Route
 
 from noetl.client.run import cancel as request_cancel
 from noetl.dsl.errors import NoSuchEntityError, RequestInvalidError
-from noetl.server.api.context import body_error, ctx_of, error, json_body, read_body
+from noetl.server.api.context import (
+    body_error,
+    ctx_of,
+    error,
+    guard_execution,
+    json_body,
+    principal_of,
+    read_body,
+)
 from noetl.server.api.follow import follow_events
 from noetl.server.api.queries import (
     execution_logs,
@@ -29,6 +37,7 @@ from noetl.server.api.queries import (
     request_status_code,
     valid_execution_id,
 )
+from noetl.store.audit import record_action
 
 KEEPALIVE_SECONDS = 15.0
 
@@ -61,7 +70,7 @@ async def create_execution(request: Request) -> Response:
     except ValueError as e:
         return body_error(e)
     msg_id = request.headers.get("idempotency-key") or uuid.uuid4().hex
-    reply = await ctx.requests.handle(data, msg_id)
+    reply = await ctx.requests.handle(data, msg_id, principal=principal_of(request))
     return JSONResponse(reply, status_code=request_status_code(reply))
 
 
@@ -83,8 +92,10 @@ async def get_executions(request: Request) -> Response:
         before = int(q["before"]) if q.get("before") else None
     except ValueError:
         return error(400, RequestInvalidError, "limit and before must be integers")
+    principal = principal_of(request)
     out = await list_executions(
-        ctx_of(request).bus, status=q.get("status"), path=q.get("path"), limit=limit, before=before
+        ctx_of(request).bus, status=q.get("status"), path=q.get("path"), limit=limit, before=before,
+        visible=lambda namespace: principal.may("read", namespace),
     )
     return JSONResponse(out)
 
@@ -105,7 +116,7 @@ async def get_execution(request: Request) -> Response:
       404: {description: no event of this execution}
     """
     eid, bad = _id_or_error(request)
-    if bad:
+    if bad or (bad := await guard_execution(request, eid, "read")):
         return bad
     out = await execution_status(ctx_of(request).bus, eid)
     if out is None:
@@ -125,7 +136,7 @@ async def get_execution_events(request: Request) -> Response:
       404: {description: no event of this execution (JSON form only)}
     """
     eid, bad = _id_or_error(request)
-    if bad:
+    if bad or (bad := await guard_execution(request, eid, "read")):
         return bad
     ctx = ctx_of(request)
     if "text/event-stream" in request.headers.get("accept", ""):
@@ -156,7 +167,7 @@ async def get_execution_logs(request: Request) -> Response:
       404: {description: no event of this execution}
     """
     eid, bad = _id_or_error(request)
-    if bad:
+    if bad or (bad := await guard_execution(request, eid, "read")):
         return bad
     logs = await execution_logs(ctx_of(request).bus, eid, request.query_params.get("step") or None)
     if logs is None:
@@ -190,14 +201,16 @@ async def cancel_execution(request: Request) -> Response:
       404: {description: no such execution}
     """
     eid, bad = _id_or_error(request)
-    if bad:
+    if bad or (bad := await guard_execution(request, eid, "write")):
         return bad
     try:
         body = await json_body(request)
     except ValueError as e:
         return body_error(e)
     reason = body.get("reason") if isinstance(body, dict) else None
-    out = await request_cancel(ctx_of(request).bus, eid, str(reason) if reason else None)
+    out = await request_cancel(
+        ctx_of(request).bus, eid, str(reason) if reason else None, principal=principal_of(request).name
+    )
     if out is None:
         return error(404, NoSuchEntityError, f"no execution {eid}")
     return JSONResponse(out, status_code=202)
@@ -228,44 +241,41 @@ async def rerun_execution(request: Request) -> Response:
       202: {description: "{execution_id, from_execution_id, from_steps, kept, not_kept}"}
       200: {description: "dry_run: the same without execution_id"}
       400: {description: "request invalid: {error}"}
-      404: {description: no such execution}
+      403: {description: "forbidden: the caller may read the execution but not act on it, or may
+        not start executions where the rerun would run"}
+      404: {description: no such execution (or one of a namespace the caller may not read)}
       409: {description: "rerun_refused: {error} saying why and what to do"}
     """
-    from noetl.server.rerun import prepare_rerun
+    from noetl.server.rerun import prepare_rerun, rerun_options, start_rerun
 
     eid, bad = _id_or_error(request)
-    if bad:
+    # a rerun acts on the original (its ctx, its results): the caller must be one that may act on
+    # it, as for a cancel; the new execution is then checked like any request of the caller's
+    if bad or (bad := await guard_execution(request, eid, "write")):
         return bad
     try:
         body = await json_body(request)
     except ValueError as e:
         return body_error(e)
     body = body if isinstance(body, dict) else {}
-    payload, playbook, version = body.get("payload"), body.get("playbook"), body.get("version")
-    if payload is not None and not isinstance(payload, dict):
-        return error(400, RequestInvalidError, "`payload` must be a JSON object (merged over the original's)")
-    if playbook is not None and not isinstance(playbook, str):
-        return error(400, RequestInvalidError, "`playbook` must be the playbook's YAML text")
-    if playbook is not None and version is not None:
-        return error(400, RequestInvalidError, "give `playbook` or `version`, not both")
+    options = rerun_options(body)
+    if isinstance(options, str):
+        return error(400, RequestInvalidError, options)
     ctx = ctx_of(request)
-    got = await prepare_rerun(
-        ctx.bus,
-        ctx.catalog,
-        eid,
-        from_step=str(body["from"]) if body.get("from") else None,
-        payload=payload,
-        playbook=playbook,
-        version=str(version) if version is not None else None,
-        request_id=str(body["request_id"]) if body.get("request_id") else None,
-    )
+    got = await prepare_rerun(ctx.bus, ctx.catalog, eid, **options)
     if isinstance(got, dict):
         return JSONResponse(got, status_code=404 if got["error"]["kind"] == "not_found" else 409)
     out = got.to_dict()
     if body.get("dry_run"):
         return JSONResponse(out)
-    reply = await ctx.requests.handle(json.dumps(got.request).encode(), got.request["request_id"])
-    if reply.get("error"):
+    principal = principal_of(request)
+    reply = await start_rerun(ctx.requests, got, principal)
+    err = reply.get("error")
+    await record_action(
+        ctx.bus, action="rerun", principal=principal.name, target=eid,
+        outcome=err.get("kind", "refused") if err else "done", execution_id=reply.get("execution_id"),
+    )
+    if err:
         return JSONResponse({**out, **reply}, status_code=request_status_code(reply))
     return JSONResponse({**out, **reply}, status_code=202)
 
@@ -292,7 +302,7 @@ async def get_execution_iterations(request: Request) -> Response:
     from noetl.client.iterations import STATUSES, iteration_page, loop_runs
 
     eid, bad = _id_or_error(request)
-    if bad:
+    if bad or (bad := await guard_execution(request, eid, "read")):
         return bad
     q = request.query_params
     step, status = q.get("step") or "", q.get("status") or None
@@ -337,7 +347,7 @@ async def get_execution_tasks(request: Request) -> Response:
     from noetl.client.iterations import task_runs
 
     eid, bad = _id_or_error(request)
-    if bad:
+    if bad or (bad := await guard_execution(request, eid, "read")):
         return bad
     q = request.query_params
     try:
@@ -377,13 +387,14 @@ async def get_execution_lineage(request: Request) -> Response:
     from noetl.server.lineage import lineage
 
     eid, bad = _id_or_error(request)
-    if bad:
+    if bad or (bad := await guard_execution(request, eid, "read")):
         return bad
     bus = ctx_of(request).bus
     events = [ev async for ev in follow_events(bus, eid, follow=False) if ev is not None]
     if not events:
         return error(404, NoSuchEntityError, f"no execution {eid}")
-    return JSONResponse(await lineage(bus, eid, events))
+    principal = principal_of(request)  # children and reruns of namespaces it may not read: not listed
+    return JSONResponse(await lineage(bus, eid, events, visible=lambda ns: principal.may("read", ns)))
 
 
 routes = [

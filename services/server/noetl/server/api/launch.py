@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from typing import Any
 
 from noetl.events.nats_port import as_bus
 from noetl.events.runtime import DEFAULT_INTERVAL, DEFAULT_TTL, RuntimeRegistrar
 from noetl.server.api.micro import NatsApiService
-from noetl.server.api.server import ApiServer
+from noetl.server.api.server import ADMIN_TOKEN_ENV, TOKEN_ENV, ApiServer
+from noetl.store.audit import ensure_audit_stream
+from noetl.store.principals import Principals
 
 log = logging.getLogger("noetl.server.api")
 
@@ -62,6 +65,7 @@ async def start_operations(
     heartbeat: float = DEFAULT_INTERVAL,
     ttl: float = DEFAULT_TTL,
     insecure: bool | None = None,
+    auth_file: str | None = None,
     listener: Any = None,
 ) -> Operations:
     """Start the parts for ``role`` around an already started ``svc``; ``http_port < 0`` turns HTTP off.
@@ -82,6 +86,7 @@ async def start_operations(
                     host=http_host,
                     port=http_port,
                     insecure=insecure,
+                    auth_file=auth_file,
                     listener=listener,
                 )
                 ops.api.ctx.liveness = svc.liveness
@@ -89,7 +94,11 @@ async def start_operations(
                 ops.parts.append(ops.api)
                 svc.observer = ops.api.collector.observe
             if nc is not None:
-                micro = NatsApiService(nc, svc.requests)
+                await ensure_audit_stream(bus)  # the service's actions are audited, HTTP or not
+                principals = ops.api.ctx.principals if ops.api is not None else Principals.load(
+                    os.environ.get(TOKEN_ENV) or None, os.environ.get(ADMIN_TOKEN_ENV) or None, auth_file
+                )
+                micro = NatsApiService(nc, svc.requests, principals)
                 await micro.start()
                 ops.parts.append(micro)
 

@@ -19,7 +19,7 @@ from collections import Counter
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
 
@@ -29,10 +29,11 @@ from noetl.events.histogram import Histogram
 from noetl.events.runtime import list_runtime
 from noetl.server.api.context import ctx_of
 from noetl.server.api.listener import nats_status
+from noetl.server.api.metrics import CONTENT_TYPE
 from noetl.server.api.queries import stall_counts
 from noetl.store.audit import AUDIT_STREAM
 
-STREAMS = (s.EVENTS_STREAM, s.COMMANDS_STREAM, s.REQUESTS_STREAM, AUDIT_STREAM)
+STREAMS = (s.EVENTS_STREAM, s.COMMANDS_STREAM, s.REQUESTS_STREAM, s.TIMERS_STREAM, AUDIT_STREAM)
 PROBE_TIMEOUT = 2.0
 
 schemas = SchemaGenerator(
@@ -122,11 +123,16 @@ def _connected(nc: Any) -> bool:
 async def read_live(bus: Any) -> dict[str, Any]:
     """Queue depths and durable consumer lag, read from JetStream for one scrape; consumers only
     where the bus has JetStream under it (``bus.js``): the port has no notion of a consumer's lag."""
-    live: dict[str, Any] = {"streams": {}, "consumers": []}
+    live: dict[str, Any] = {"streams": {}, "stream_bytes": {}, "consumers": []}
     js = getattr(bus, "js", None)
     for name in STREAMS:
         with contextlib.suppress(Exception):
-            messages = await bus.count(name)
+            if js is not None:  # one request gives both figures
+                state = (await js.stream_info(name)).state
+                messages = state.messages
+                live["stream_bytes"][name] = state.bytes
+            else:
+                messages = await bus.count(name)
             live["streams"][name] = messages
             if name == s.COMMANDS_STREAM:
                 live["commands_in_flight"] = messages
@@ -165,20 +171,23 @@ def _task_durations(entries: list[dict[str, Any]]) -> list[tuple[str, str, Histo
 async def metrics(request: Request) -> Response:
     """
     ---
-    summary: Prometheus metrics (text exposition 0.0.4)
+    summary: Prometheus metrics (text exposition 0.0.4, through prometheus_client)
     security: []
     responses:
       200: {description: metrics, content: {text/plain: {}}}
     """
     ctx = ctx_of(request)
-    live = await read_live(ctx.bus) if _connected(ctx.nc) else {}
-    if _connected(ctx.nc):
+    server = ctx.liveness() if ctx.liveness is not None else None
+    # the cluster-wide figures cost JetStream requests: only the replica exporting them reads them
+    cluster = server is None or 0 in server.get("partitions_owned", [])
+    live = await read_live(ctx.bus) if cluster and _connected(ctx.nc) else {}
+    if cluster and _connected(ctx.nc):
         with contextlib.suppress(Exception):
             live["stalled"] = await stall_counts(ctx.bus, sorted(ctx.metrics.running))
-    if ctx.liveness is not None:
-        live["server"] = ctx.liveness()
+    if server is not None:
+        live["server"] = server
     live["loop_restarts"] = dict(supervise.restarts)
-    return PlainTextResponse(ctx.metrics.render(live), media_type="text/plain; version=0.0.4")
+    return Response(ctx.metrics.render(live), media_type=CONTENT_TYPE)
 
 
 async def runtime(request: Request) -> Response:

@@ -15,11 +15,19 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from noetl.client.run import pause, resume, signal
-from noetl.dsl.errors import NoSuchEntityError, RequestInvalidError
-from noetl.server.api.context import body_error, ctx_of, error, json_body
-from noetl.server.api.queries import valid_execution_id
+from noetl.dsl.errors import ForbiddenError, NoSuchEntityError, RequestInvalidError, reply_error
+from noetl.server.api.context import body_error, ctx_of, error, guard_execution, json_body, principal_of
+from noetl.server.api.queries import signal_refusal, valid_execution_id
+from noetl.store.audit import record_action
+from noetl.store.principals import namespace_of
 
-_CODES = {"not_found": 404, "execution_finished": 409, "request_invalid": 400, "signal_not_awaited": 409}
+_CODES = {
+    "not_found": 404,
+    "execution_finished": 409,
+    "request_invalid": 400,
+    "forbidden": 403,
+    "signal_not_awaited": 409,
+}
 
 
 def _answer(out: dict[str, Any], ok: int = 202) -> JSONResponse:
@@ -47,12 +55,23 @@ def _eid(request: Request) -> tuple[str, Response | None]:
 
 
 async def _target(request: Request) -> tuple[str, dict[str, Any], Response | None]:
-    """The execution a signal or pause is for, and the request's body; or the refusal of either."""
+    """The execution a signal or pause is for, and the request's body; or the refusal of either
+    (also when the caller may not act in the execution's namespace)."""
     eid, bad = _eid(request)
-    if bad:
+    if bad or (bad := await guard_execution(request, eid, "write")):
         return eid, {}, bad
     body, bad = await _body(request)
     return eid, body, bad
+
+
+async def _audited(request: Request, action: str, target: str, out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` after its record on the audit trail: who asked for what, and how it went."""
+    err = out.get("error")
+    await record_action(
+        ctx_of(request).bus, action=action, principal=principal_of(request).name, target=target,
+        outcome=err.get("kind", "refused") if err else "done",
+    )
+    return out
 
 
 async def post_signal(request: Request) -> Response:
@@ -77,10 +96,16 @@ async def post_signal(request: Request) -> Response:
     if bad:
         return bad
     name = request.path_params["name"]
+    ctx = ctx_of(request)
+    if refusal := await signal_refusal(ctx.bus, ctx.catalog, eid, name, principal_of(request)):
+        refused = reply_error(ForbiddenError(refusal))
+        return _answer(await _audited(request, "signal", f"{eid}/{name}", refused))
     force = request.query_params.get("force", "").lower() in ("1", "true", "yes") or body.get("force") is True
-    return _answer(
-        await signal(ctx_of(request).bus, eid, name, body.get("data"), body.get("request_id"), force=force)
+    out = await signal(
+        ctx.bus, eid, name, body.get("data"), body.get("request_id"),
+        principal=principal_of(request).name, force=force,
     )
+    return _answer(await _audited(request, "signal", f"{eid}/{name}", out))
 
 
 async def post_pause(request: Request) -> Response:
@@ -102,7 +127,9 @@ async def post_pause(request: Request) -> Response:
     if bad:
         return bad
     reason = body.get("reason")
-    return _answer(await pause(ctx_of(request).bus, eid, str(reason) if reason else None))
+    who = principal_of(request).name
+    out = await pause(ctx_of(request).bus, eid, str(reason) if reason else None, principal=who)
+    return _answer(await _audited(request, "pause", eid, out))
 
 
 async def post_resume(request: Request) -> Response:
@@ -116,9 +143,10 @@ async def post_resume(request: Request) -> Response:
       409: {description: the execution has finished}
     """
     eid, bad = _eid(request)
-    if bad:
+    if bad or (bad := await guard_execution(request, eid, "write")):
         return bad
-    return _answer(await resume(ctx_of(request).bus, eid))
+    out = await resume(ctx_of(request).bus, eid, principal=principal_of(request).name)
+    return _answer(await _audited(request, "resume", eid, out))
 
 
 async def get_schedules(request: Request) -> Response:
@@ -132,7 +160,9 @@ async def get_schedules(request: Request) -> Response:
     from noetl.store.schedules import ScheduleStore
 
     store = await ScheduleStore.open(ctx_of(request).bus)
-    return JSONResponse({"schedules": await store.list()})
+    principal = principal_of(request)
+    visible = [s for s in await store.list() if principal.may("read", namespace_of(s.get("path")))]
+    return JSONResponse({"schedules": visible})
 
 
 async def post_schedule(request: Request) -> Response:
@@ -165,8 +195,9 @@ async def post_schedule(request: Request) -> Response:
     if bad:
         return bad
     store = await ScheduleStore.open(ctx_of(request).bus)
-    out = await store.add_request(request.path_params["name"], body)
-    return _answer(out, 201)
+    name = request.path_params["name"]
+    out = await store.add_request(name, body, principal_of(request))
+    return _answer(await _audited(request, "schedule.add", name, out), 201)
 
 
 async def schedule_action(request: Request) -> Response:
@@ -184,7 +215,9 @@ async def schedule_action(request: Request) -> Response:
     if action not in ("pause", "resume"):
         return error(404, NoSuchEntityError, f"no schedule action {action!r}: use pause or resume")
     store = await ScheduleStore.open(ctx_of(request).bus)
-    return _answer(await store.set_paused(request.path_params["name"], action == "pause"), 200)
+    name = request.path_params["name"]
+    out = await store.set_paused(name, action == "pause", principal_of(request))
+    return _answer(await _audited(request, f"schedule.{action}", name, out), 200)
 
 
 async def delete_schedule(request: Request) -> Response:
@@ -198,7 +231,9 @@ async def delete_schedule(request: Request) -> Response:
     from noetl.store.schedules import ScheduleStore
 
     store = await ScheduleStore.open(ctx_of(request).bus)
-    return _answer(await store.delete(request.path_params["name"]), 200)
+    name = request.path_params["name"]
+    out = await store.delete(name, principal_of(request))
+    return _answer(await _audited(request, "schedule.delete", name, out), 200)
 
 
 routes = [

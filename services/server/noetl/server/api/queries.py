@@ -11,21 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from noetl.client.activity import loop_counters, task_outputs
-from noetl.client.stalls import DEFAULT_STALL_AFTER_S, assess
+from noetl.client.stalls import assess
 from noetl.client.view import execution_output, waiting_for
+from noetl.dsl.cache import parse_playbook
 from noetl.dsl.errors import RequestInvalidError, brief, reply_error
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events
 from noetl.events.envelope import loads
 from noetl.events.nats_port import as_bus
 from noetl.events.runtime import list_runtime
+from noetl.store.principals import Principal, namespace_of
 
 REQUESTED_FILTER = s.events_named("playbook.execution.requested")
 FINISHED_FILTER = s.events_named("workflow.finished")
@@ -60,12 +61,39 @@ def _summary_of(requested: Mapping[str, Any] | None, finished: Mapping[str, Any]
         "finished_at": (finished or {}).get("timestamp"),
         "parent_execution_id": any_ev.get("parent_execution_id"),
         "schedule": req.get("schedule"),  # the schedule whose fire started it (SEMANTICS §18)
+        "namespace": namespace_of_request(req),
+        "principal": (req.get("principal") or {}).get("name"),  # who asked for it, when known
         # the execution a rerun forked (issue 31)
         "rerun_of": (req.get("fork") or {}).get("from_execution_id")
         if isinstance(req.get("fork"), dict)
         else None,
         "error": brief(error),
     }
+
+
+def namespace_of_request(req: dict[str, Any]) -> str:
+    """The namespace an execution belongs to: recorded with its request; for older records (and
+    requests rejected before they were recorded) that of its path, else ``""``."""
+    recorded = req.get("namespace")
+    if isinstance(recorded, str):
+        return recorded
+    return namespace_of(req.get("path"))
+
+
+async def execution_namespace(conn: Any, execution_id: str) -> str | None:
+    """The namespace of an execution (None when the log has no event of it): what a principal's
+    right to read or act on it is checked against."""
+    bus = as_bus(conn)
+    requested = s.execution_event_filter(execution_id, "playbook.execution.requested")
+    msg = await bus.last(s.EVENTS_STREAM, requested)
+    if msg is not None:
+        return namespace_of_request(loads(msg.data).get("payload") or {})
+    rejected = s.execution_event_filter(execution_id, "playbook.request.evaluated")
+    evaluated = await bus.last(s.EVENTS_STREAM, rejected)
+    if evaluated is not None:  # rejected before it was recorded: the namespace of the path it asked for
+        return str((loads(evaluated.data).get("payload") or {}).get("namespace") or "")
+    finished = await bus.last(s.EVENTS_STREAM, s.execution_event_filter(execution_id, "workflow.finished"))
+    return "" if finished is not None else None
 
 
 async def _waits(bus: Any, items: list[dict[str, Any]]) -> None:
@@ -130,6 +158,7 @@ async def list_executions(
     path: str | None = None,
     limit: int = 100,
     before: int | None = None,
+    visible: Callable[[str], bool] | None = None,
 ) -> dict[str, Any]:
     """Newest first. ``before`` is the cursor of the previous page (a stream sequence).
 
@@ -164,6 +193,8 @@ async def list_executions(
             continue
         if path and not _path_matches(item["path"], path):
             continue
+        if visible is not None and not visible(item["namespace"]):
+            continue  # another namespace's: not the caller's to see
         if len(items) == limit:
             next_cursor = first_seq[items[-1]["execution_id"]]
             break
@@ -228,10 +259,9 @@ async def execution_logs(
 def stall_after() -> float:
     """``NOETL_STALL_AFTER_S``: seconds without an event before a running execution that waits for
     nothing declared is reported as stalled."""
-    try:
-        return float(os.environ.get("NOETL_STALL_AFTER_S", DEFAULT_STALL_AFTER_S))
-    except ValueError:
-        return DEFAULT_STALL_AFTER_S
+    from noetl.events.settings import setting
+
+    return float(setting("stall_after_s"))
 
 
 async def _live(bus: Any) -> tuple[set[str] | None, set[str] | None]:
@@ -335,4 +365,36 @@ def request_status_code(reply: dict[str, Any]) -> int:
     error = reply.get("error")
     if not error:
         return 202
-    return 422 if error.get("kind") == "playbook_invalid" else 400
+    return {"playbook_invalid": 422, "forbidden": 403}.get(error.get("kind"), 400)
+
+
+async def signal_refusal(
+    conn: Any, catalog: Any, execution_id: str, signal: str, principal: Principal
+) -> str | None:
+    """Why ``principal`` may not send ``signal`` to the execution, or None: a step that awaits it
+    may name who answers (``lifecycle.await.by: {roles, namespaces}``), and a signal anyone in the
+    namespace could send would make an approval no approval."""
+    bus = as_bus(conn)
+    requested = s.execution_event_filter(execution_id, "playbook.execution.requested")
+    msg = await bus.last(s.EVENTS_STREAM, requested)
+    if msg is None:
+        return None
+    try:
+        event = await catalog.with_playbook_text(loads(msg.data))
+        playbook = parse_playbook(event["payload"]["playbook"], event["payload"].get("file") or "<playbook>")
+    except Exception:
+        return None
+    for step in playbook.workflow:
+        lc = step.lifecycle
+        if lc is None or lc.await_signal != signal or not (lc.await_roles or lc.await_namespaces):
+            continue
+        role_ok = not lc.await_roles or principal.role in lc.await_roles
+        space_ok = not lc.await_namespaces or any(principal.covers(ns) for ns in lc.await_namespaces)
+        if not (role_ok and space_ok):
+            who = [f"role {'/'.join(lc.await_roles)}"] if lc.await_roles else []
+            who += [f"namespace {'/'.join(lc.await_namespaces)}"] if lc.await_namespaces else []
+            return (
+                f"step {step.name!r} awaits signal {signal!r} from {' in '.join(who)} only; principal "
+                f"{principal.name!r} ({principal.role}) may not send it"
+            )
+    return None

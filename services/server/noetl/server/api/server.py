@@ -26,6 +26,7 @@ from noetl.server.api.app import build_app
 from noetl.server.api.collector import MetricsCollector
 from noetl.server.api.context import ApiContext
 from noetl.store.audit import ensure_audit_stream
+from noetl.store.principals import Principals
 
 log = logging.getLogger("noetl.server.api")
 
@@ -92,24 +93,29 @@ class ApiServer:
         token: str | None = None,
         admin_token: str | None = None,
         insecure: bool | None = None,
+        auth_file: str | None = None,
         listener: Any = None,
         nats_state: Any = None,
     ) -> None:
         """``conn``: the bus port, or a nats-py connection or JetStream context (``as_bus``).
+        ``auth_file``: the principals (``NOETL_AUTH_FILE`` when None; docs/security.md).
         ``listener``: an ``HttpListener`` already serving the probes on the port since before
         NATS was reached; the API takes its socket over instead of binding one. ``nats_state``:
         the connection's ``ConnectionState``, which ``/health`` reports."""
         token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        admin_token = admin_token if admin_token is not None else os.environ.get(ADMIN_TOKEN_ENV) or None
         if insecure is None:
             insecure = os.environ.get(INSECURE_ENV, "").strip().lower() in ("1", "true", "yes")
-        check_exposure(host, token, insecure)
+        principals = Principals.load(token, admin_token, auth_file)
+        check_exposure(host, token or ("principals" if principals.required else None), insecure)
         self.ctx = ApiContext(
             bus=as_bus(conn),
             requests=requests_handler,
             catalog=catalog,
             credentials=credentials,
             token=token,
-            admin_token=admin_token if admin_token is not None else os.environ.get(ADMIN_TOKEN_ENV) or None,
+            admin_token=admin_token,
+            principals=principals,
             nats_state=nats_state if nats_state is not None else getattr(listener, "state", None),
         )
         self.listener = listener

@@ -19,12 +19,14 @@ from starlette.routing import Route
 from noetl.client.iterations import STATUSES as ITERATION_STATUSES
 from noetl.client.iterations import iteration_page, loop_runs
 from noetl.events.bus import read_execution_events
-from noetl.server.api.context import ctx_of
+from noetl.server.api.context import ctx_of, guard_execution, principal_of
 from noetl.server.api.queries import list_executions, valid_execution_id
 from noetl.server.console.fold import duration_ms, fold
 from noetl.server.console.pages import _forbidden, form_data, same_origin
 from noetl.server.console.render import page
-from noetl.server.rerun import Rerun, prepare_rerun
+from noetl.server.rerun import Rerun, prepare_rerun, start_rerun
+from noetl.store.audit import record_action
+from noetl.store.principals import namespace_of
 
 ITERATIONS_PER_PAGE = 50
 NEXT_FIRES = 3  # upcoming fire times shown per schedule
@@ -42,6 +44,8 @@ async def rerun_page(
     eid = request.path_params["execution_id"]
     if not valid_execution_id(eid):
         return page(request, "missing.html", 400, what=f"execution {eid}")
+    if (refused := await _guard_rerun(request, eid)) is not None:
+        return refused
     ctx = ctx_of(request)
     form = form or {}
     from_step = (form.get("from") or request.query_params.get("from") or "").strip() or None
@@ -64,12 +68,38 @@ async def rerun_page(
     )
 
 
+async def _guard_rerun(request: Request, eid: str) -> Response | None:
+    """The page that refuses a rerun of ``eid`` to the signed-in principal, or None: one that may
+    not read the execution finds no such execution, one that may only read it is told so."""
+    refused = await guard_execution(request, eid, "write")
+    if refused is None:
+        return None
+    if refused.status_code == 404:
+        return page(request, "missing.html", 404, what=f"execution {eid}")
+    principal = principal_of(request)
+    return page(
+        request,
+        "rerun.html",
+        403,
+        execution_id=eid,
+        from_step=None,
+        plan=None,
+        refused=f"principal {principal.name!r} ({principal.role}) may not rerun execution {eid}",
+        error=None,
+        payload="",
+        request_id="",
+        nav="executions",
+    )
+
+
 async def rerun_start(request: Request) -> Response:
     if not same_origin(request):
         return _forbidden()
     eid = request.path_params["execution_id"]
     if not valid_execution_id(eid):
         return page(request, "missing.html", 400, what=f"execution {eid}")
+    if (refused := await _guard_rerun(request, eid)) is not None:
+        return refused
     form = await form_data(request)
     try:
         payload = json.loads(form.get("payload") or "{}")
@@ -90,7 +120,13 @@ async def rerun_start(request: Request) -> Response:
     )
     if isinstance(got, dict):
         return await rerun_page(request, error=got["error"]["message"], form=form, status_code=409)
-    reply = await ctx.requests.handle(json.dumps(got.request).encode(), got.request["request_id"])
+    principal = principal_of(request)
+    reply = await start_rerun(ctx.requests, got, principal)
+    err = reply.get("error")
+    await record_action(
+        ctx.bus, action="rerun", principal=principal.name, target=eid,
+        outcome=err.get("kind", "refused") if err else "done", execution_id=reply.get("execution_id"),
+    )
     if reply.get("error") and not reply.get("execution_id"):
         err = reply["error"]
         return await rerun_page(
@@ -107,6 +143,8 @@ async def iterations_page(request: Request) -> Response:
     eid, rid = request.path_params["execution_id"], request.path_params["run_id"]
     if not valid_execution_id(eid):
         return page(request, "missing.html", 400, what=f"execution {eid}")
+    if await guard_execution(request, eid, "read") is not None:
+        return page(request, "missing.html", 404, what=f"execution {eid}")
     events = await read_execution_events(ctx_of(request).bus, eid)
     run = loop_runs(events).get(rid)
     if run is None:
@@ -175,11 +213,20 @@ async def schedules_page(request: Request, *, refused: str | None = None, status
 
     bus = ctx_of(request).bus
     store = await ScheduleStore.open(bus)
-    schedules = sorted(await store.list(), key=lambda sch: sch["name"])
+    principal = principal_of(request)
+
+    def visible(namespace: str) -> bool:
+        return principal.may("read", namespace)
+
+    # schedules, and runs, of namespaces the principal may not read are not shown
+    schedules = sorted(
+        (sch for sch in await store.list() if visible(namespace_of(sch.get("path")))),
+        key=lambda sch: sch["name"],
+    )
     runs: dict[str, list[dict[str, Any]]] = {}
     if schedules:
         now = datetime.now(UTC).isoformat()
-        for e in (await list_executions(bus, limit=1000))["executions"]:
+        for e in (await list_executions(bus, limit=1000, visible=visible))["executions"]:
             if e.get("schedule") and len(runs.setdefault(e["schedule"], [])) < LAST_RUNS:
                 runs[e["schedule"]].append(
                     {**e, "duration_ms": duration_ms(e.get("requested_at"), e.get("finished_at") or now)}
@@ -202,15 +249,23 @@ async def schedule_action(request: Request) -> Response:
     if not same_origin(request):
         return _forbidden()
     name, action = request.path_params["name"], request.path_params["action"]
-    store = await ScheduleStore.open(ctx_of(request).bus)
+    bus = ctx_of(request).bus
+    store = await ScheduleStore.open(bus)
+    principal = principal_of(request)  # the store refuses a namespace the principal may not write
     if action in ("pause", "resume"):
-        out = await store.set_paused(name, action == "pause")
+        out = await store.set_paused(name, action == "pause", principal)
     elif action == "delete":
-        out = await store.delete(name)
+        out = await store.delete(name, principal)
     else:
         return page(request, "missing.html", 404, what=f"schedule action {action}")
-    if out.get("error"):
-        return await schedules_page(request, refused=str(out["error"].get("message")), status_code=409)
+    err = out.get("error")
+    await record_action(
+        bus, action=f"schedule.{action}", principal=principal.name, target=name,
+        outcome=err.get("kind", "refused") if err else "done",
+    )
+    if err:
+        code = 403 if err.get("kind") == "forbidden" else 409
+        return await schedules_page(request, refused=str(err.get("message")), status_code=code)
     return RedirectResponse("/ui/schedules", status_code=303)
 
 

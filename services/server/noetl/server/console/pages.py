@@ -12,7 +12,6 @@ start an execution, even where the console needs no token).
 
 from __future__ import annotations
 
-import hmac
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -36,13 +35,14 @@ from noetl.events.bus import read_execution_events
 from noetl.events.envelope import Event
 from noetl.events.runtime import list_runtime
 from noetl.server.api.auth import SESSION_COOKIE, session_value
-from noetl.server.api.context import auth_of, ctx_of, read_body
+from noetl.server.api.context import ctx_of, guard_execution, principal_of, read_body
 from noetl.server.api.follow import follow_events
-from noetl.server.api.queries import list_executions, stall_of, valid_execution_id
+from noetl.server.api.queries import list_executions, signal_refusal, stall_of, valid_execution_id
 from noetl.server.console.fold import ExecutionView, duration_ms, fold
 from noetl.server.console.graph import Graph, layout
 from noetl.server.console.render import STATIC, page, render
 from noetl.server.lineage import children_of, reruns_of
+from noetl.store.principals import namespace_of
 
 STATUSES = ("running", "success", "failed", "cancelled")
 PAGE_SIZE = 50
@@ -65,8 +65,11 @@ class Action:
     fields: tuple[str, ...] = ()
 
 
+_BY = "\0principal"  # the form key an action's caller rides under: no browser field can be named so
+
+
 async def _cancel(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
-    return await request_cancel(bus, execution_id, "cancelled from the console")
+    return await request_cancel(bus, execution_id, "cancelled from the console", principal=form.get(_BY))
 
 
 async def _outside(out: dict[str, Any]) -> dict[str, Any] | None:
@@ -76,11 +79,12 @@ async def _outside(out: dict[str, Any]) -> dict[str, Any] | None:
 
 
 async def _pause(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
-    return await _outside(await request_pause(bus, execution_id, "paused from the console"))
+    out = await request_pause(bus, execution_id, "paused from the console", principal=form.get(_BY))
+    return await _outside(out)
 
 
 async def _resume(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
-    return await _outside(await request_resume(bus, execution_id))
+    return await _outside(await request_resume(bus, execution_id, principal=form.get(_BY)))
 
 
 async def _signal(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
@@ -92,15 +96,22 @@ async def _signal(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str
     except ValueError as e:
         return reply_error(RequestInvalidError(f"the signal's data is not JSON: {e}"))
     name = (form.get("signal") or "").strip()
-    return await _outside(await request_signal(bus, execution_id, name, data, form.get("request_id") or None))
+    return await _outside(
+        await request_signal(
+            bus, execution_id, name, data, form.get("request_id") or None, principal=form.get(_BY)
+        )
+    )
 
 
 async def _answer(bus: Any, execution_id: str, form: dict[str, str], approved: bool) -> dict[str, Any] | None:
     """Approve / Reject: the signal the step waits for, with ``{"approved": ..., "by": ...}``;
-    ``by`` is who is signed in (the page sets it, never the form)."""
+    ``by`` is the signed-in principal (the page sets it, never the form)."""
     name = (form.get("signal") or "").strip()
-    data = {"approved": approved, "by": form.get("_by") or "anonymous"}
-    return await _outside(await request_signal(bus, execution_id, name, data, form.get("request_id") or None))
+    by = form.get(_BY) or "anonymous"
+    data = {"approved": approved, "by": by}
+    request_id = form.get("request_id") or None
+    out = await request_signal(bus, execution_id, name, data, request_id, principal=form.get(_BY))
+    return await _outside(out)
 
 
 async def _approve(bus: Any, execution_id: str, form: dict[str, str]) -> dict[str, Any] | None:
@@ -172,18 +183,20 @@ def _forbidden() -> Response:
 
 
 def _token_of(ctx: Any, presented: str) -> str | None:
-    """The configured token ``presented`` matches (compared in constant time), if any."""
-    for token in (ctx.admin_token, ctx.token):
-        if token and hmac.compare_digest(presented.encode(), token.encode()):
-            return str(token)
+    """``presented`` when it is a principal's token (compared in constant time), else None."""
+    if presented and ctx.principals.required and ctx.principals.identify(presented) is not None:
+        return presented
     return None
 
 
-def _signed_in(request: Request, token: str, target: str) -> Response:
+async def _signed_in(request: Request, token: str, target: str) -> Response:
+    ctx = ctx_of(request)
+    principal = ctx.principals.identify(token)
+    generation = await ctx.sessions.get(principal.name) if principal is not None else 0
     response = RedirectResponse(_safe_next(target), status_code=303)
     response.set_cookie(
         SESSION_COOKIE,
-        session_value(token),
+        session_value(token, generation),
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
@@ -195,13 +208,13 @@ def _signed_in(request: Request, token: str, target: str) -> Response:
 async def login(request: Request) -> Response:
     ctx = ctx_of(request)
     target = request.query_params.get("next")
-    if not ctx.token:  # no token configured: the console is as open as the API
+    if not ctx.principals.required:  # no principal configured: the console is as open as the API
         return RedirectResponse(_safe_next(target), status_code=303)
     presented = request.query_params.get("token")
     if presented:  # a link printed by `noetl run --ui`; the redirect drops the token from the address
         token = _token_of(ctx, presented)
         if token:
-            return _signed_in(request, token, target or "/ui/executions")
+            return await _signed_in(request, token, target or "/ui/executions")
         return page(request, "login.html", 401, next=_safe_next(target), failed=True)
     return page(request, "login.html", next=_safe_next(target), failed=False)
 
@@ -212,15 +225,20 @@ async def login_post(request: Request) -> Response:
         return _forbidden()
     form = await form_data(request)
     target = form.get("next")
-    token = _token_of(ctx, form.get("token", "").strip()) if ctx.token else None
+    token = _token_of(ctx, form.get("token", "").strip())
     if not token:
         return page(request, "login.html", 401, next=_safe_next(target), failed=True)
-    return _signed_in(request, token, target or "/ui/executions")
+    return await _signed_in(request, token, target or "/ui/executions")
 
 
 async def logout(request: Request) -> Response:
+    """Signs the principal out everywhere: its session generation goes up, so this cookie, and any
+    copy of it, opens nothing any more (on every replica: the generation is in KV)."""
     if not same_origin(request):
         return _forbidden()
+    principal = principal_of(request)
+    if ctx_of(request).principals.required and principal.name != "anonymous":
+        await ctx_of(request).sessions.bump(principal.name)
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/ui", httponly=True, samesite="strict")
     return response
@@ -241,7 +259,11 @@ async def executions_page(request: Request) -> Response:
         before = int(q["before"]) if q.get("before") else None
     except ValueError:
         before = None
-    out = await list_executions(ctx_of(request).bus, status=status, path=path, limit=PAGE_SIZE, before=before)
+    principal = principal_of(request)
+    out = await list_executions(
+        ctx_of(request).bus, status=status, path=path, limit=PAGE_SIZE, before=before,
+        visible=lambda namespace: principal.may("read", namespace),
+    )
     now = datetime.now(UTC).isoformat()
     rows = [
         {**e, "duration_ms": duration_ms(e.get("requested_at"), e.get("finished_at") or now)}
@@ -333,16 +355,23 @@ async def _read_view(request: Request) -> tuple[ExecutionView, list[Event]] | Re
     eid = request.path_params["execution_id"]
     if not valid_execution_id(eid):
         return page(request, "missing.html", 400, what=f"execution {eid}")
+    if await guard_execution(request, eid, "read") is not None:
+        return page(request, "missing.html", 404, what=f"execution {eid}")
     events = await read_execution_events(ctx_of(request).bus, eid)
     if not events:
         return page(request, "missing.html", 404, what=f"execution {eid}")
     view = fold(eid, events)
     bus = ctx_of(request).bus
     view.stalled = await stall_of(bus, events, waiting=bool(view.waiting), paused=view.paused)
+    principal = principal_of(request)  # children and reruns it may not read are not shown
+
+    def visible(namespace: str) -> bool:
+        return principal.may("read", namespace)
+
     if any(t.kind == "playbook" for r in view.runs for t in r.tasks):  # it may have started children
-        view.children = await children_of(bus, eid)
+        view.children = await children_of(bus, eid, visible)
     if view.finished_at is not None:  # reruns fork finished executions only
-        view.reruns = await reruns_of(bus, eid)
+        view.reruns = await reruns_of(bus, eid, visible)
     return view, events
 
 
@@ -400,6 +429,8 @@ async def execution_stream(request: Request) -> Response:
     eid = request.path_params["execution_id"]
     if not valid_execution_id(eid):
         return Response(status_code=400)
+    if (refused := await guard_execution(request, eid, "read")) is not None:
+        return Response(status_code=refused.status_code)
     ctx = ctx_of(request)
     after = request.headers.get("last-event-id") or request.query_params.get("after") or None
 
@@ -428,8 +459,19 @@ async def execution_action(request: Request) -> Response:
     action = ACTIONS.get(name)
     if action is None or not valid_execution_id(eid):
         return page(request, "missing.html", 404, what=f"action {name}")
+    if (refused := await guard_execution(request, eid, "write")) is not None:
+        if refused.status_code == 404:
+            return page(request, "missing.html", 404, what=f"execution {eid}")
+        return _forbidden()
     form = await form_data(request) if action.fields else {}
-    form["_by"] = auth_of(request).get("who") or "anonymous"  # who answers an approval: never typed
+    if name in _WAIT_ACTIONS and (
+        refusal := await signal_refusal(
+            ctx_of(request).bus, ctx_of(request).catalog, eid, (form.get("signal") or "").strip(),
+            principal_of(request),
+        )
+    ):
+        return await execution_page(request, refused=refusal, form=form, status_code=403)
+    form[_BY] = principal_of(request).name  # who acts (and answers an approval): never typed
     out = await action.run(ctx_of(request).bus, eid, form)
     if out is None:
         return page(request, "missing.html", 404, what=f"execution {eid}")
@@ -445,7 +487,10 @@ async def execution_action(request: Request) -> Response:
 
 
 async def catalog_page(request: Request) -> Response:
-    entries = await ctx_of(request).catalog.list()
+    principal = principal_of(request)
+    entries = [
+        e for e in await ctx_of(request).catalog.list() if principal.may("read", namespace_of(e["path"]))
+    ]
     by_path: dict[str, dict[str, Any]] = {}
     for e in entries:
         item = by_path.setdefault(e["path"], {"path": e["path"], "name": e.get("name"), "versions": []})
@@ -461,7 +506,9 @@ async def playbook_page(
     ctx = ctx_of(request)
     path = request.path_params.get("path") or (form or {}).get("path", "")
     version = request.query_params.get("version") or (form or {}).get("version") or None
-    text = await ctx.catalog.get(path, version)
+    principal = principal_of(request)
+    readable = principal.may("read", namespace_of(path))
+    text = await ctx.catalog.get(path, version) if readable else None
     if text is None:
         return page(
             request, "missing.html", 404, what=f"playbook {path}" + (f" version {version}" if version else "")
@@ -474,7 +521,12 @@ async def playbook_page(
     except PlaybookInvalidError:
         graph, workload, description = None, {}, None
     versions = [e.get("version") for e in await ctx.catalog.list() if e["path"] == path and e.get("version")]
-    recent = (await list_executions(ctx.bus, path=path, limit=10))["executions"]
+    # the path filter takes a prefix: `job` also finds `jobs/...`, which may be another namespace's
+    recent = (
+        await list_executions(
+            ctx.bus, path=path, limit=10, visible=lambda namespace: principal.may("read", namespace)
+        )
+    )["executions"]
     return page(
         request,
         "playbook.html",
@@ -562,7 +614,9 @@ async def start_execution(request: Request) -> Response:
         body["version"] = form["version"]
     request_id = form.get("request_id") or uuid.uuid4().hex  # a double-clicked button starts one execution
     body["request_id"] = request_id
-    reply = await ctx_of(request).requests.handle(json.dumps(body).encode(), request_id)
+    reply = await ctx_of(request).requests.handle(
+        json.dumps(body).encode(), request_id, principal=principal_of(request)
+    )
     if reply.get("error") and not reply.get("execution_id"):
         err = reply["error"]
         return await playbook_page(

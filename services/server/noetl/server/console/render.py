@@ -77,7 +77,7 @@ def page(request: Request, name: str, status_code: int = 200, **context: Any) ->
     html = render(
         name,
         request=request,
-        signed_in=bool(ctx.token) and auth.get("role") in ("user", "admin"),
+        signed_in=ctx.principals.required and auth.get("name") not in (None, "anonymous"),
         **context,
     )
     return HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)

@@ -104,10 +104,25 @@ def register_lazy(kind: str, module: str) -> None:
     _LAZY[kind] = module
 
 
+_EXTRAS = {"asyncpg": "postgres", "duckdb": "duckdb"}
+
+
 def get_tool(kind: str) -> Tool:
     tool = _REGISTRY.get(kind)
     if tool is None and kind in _LAZY:
-        importlib.import_module(_LAZY[kind])
+        try:
+            importlib.import_module(_LAZY[kind])
+        except ModuleNotFoundError as e:
+            extra = _EXTRAS.get(e.name or "")
+            if extra is None:
+                raise
+            # asyncpg and duckdb are extras: a worker pool that runs neither installs neither
+            from noetl.dsl.errors import ToolError
+
+            raise ToolError(
+                f"kind: {kind} needs the {e.name} package, not installed on this worker: "
+                f"pip install 'noetl-jetstream[{extra}]' (or run the task on a pool whose image has it)"
+            ) from None
         tool = _REGISTRY.get(kind)
     if tool is None:
         raise KeyError(kind)

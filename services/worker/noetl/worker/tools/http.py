@@ -38,6 +38,29 @@ DEFAULT_READ_TIMEOUT = 60.0
 NO_RESPONSE: dict[str, Any] = {"status": None, "headers": {}}
 
 
+# headers that say nothing about who is calling: the only ones kept when a redirect leaves the origin
+_KEPT_ACROSS_ORIGINS = frozenset(
+    {"host", "accept", "accept-encoding", "accept-language", "user-agent", "content-type",
+     "content-length", "transfer-encoding", "connection"}
+)
+
+
+class _RedirectSafeClient(httpx.AsyncClient):
+    """httpx drops ``Authorization`` when a redirect leaves the origin, but not ``X-Api-Key`` or
+    any other header a playbook filled from its keychain: a server that answers with a redirect
+    to another host would receive them. Across origins only headers that identify nobody stay."""
+
+    def _redirect_headers(self, request: httpx.Request, url: httpx.URL, method: str) -> httpx.Headers:
+        headers = super()._redirect_headers(request, url, method)
+        same = (url.scheme, url.host, url.port) == (request.url.scheme, request.url.host, request.url.port)
+        upgrade = url.host == request.url.host and request.url.scheme == "http" and url.scheme == "https"
+        if not same and not upgrade:
+            for name in list(headers.keys()):
+                if name.lower() not in _KEPT_ACROSS_ORIGINS:
+                    del headers[name]
+        return headers
+
+
 class HttpServices:
     """The worker's HTTP client: created on first use, bound to the loop it was created on."""
 
@@ -51,7 +74,7 @@ class HttpServices:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop or self._client.is_closed:
             # a client from another (possibly closed) loop cannot be closed from this one: drop it
-            self._client = httpx.AsyncClient(limits=self._limits, follow_redirects=True)
+            self._client = _RedirectSafeClient(limits=self._limits, follow_redirects=True)
             self._loop = loop
         return self._client
 

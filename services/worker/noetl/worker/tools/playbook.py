@@ -7,12 +7,24 @@ is a subscription, not a poll, and does not block the worker's other commands.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from noetl.client.run import Awaited, cancel, submit
 from noetl.dsl.errors import ChildExecutionError, TimeoutError_, ToolError
 from noetl.events.ids import derive_id, execution_id_for
+from noetl.events.masking import Masker
 from noetl.worker.tools.base import ToolContext, error, ok, register, timeout_seconds
+
+
+def child_payload(args: dict[str, Any], keychain: Mapping[str, Any]) -> dict[str, Any]:
+    """The child's payload with every value derived from the parent's keychain masked as ``***``.
+
+    The request becomes the child's ``playbook.execution.requested``, which the API, the console
+    and ``noetl logs`` show to every reader of the child, and the server never masks (it holds no
+    secret): a secret passed here would be stored in clear for the event log's lifetime. A child
+    that needs the credential declares it in its own ``keychain``, where its scope is checked."""
+    return Masker(keychain).mask(args) if keychain else args
 
 
 class PlaybookTool:
@@ -35,7 +47,7 @@ class PlaybookTool:
             req = {
                 "request_id": request_id,
                 "path": path,
-                "payload": config.get("args") or {},
+                "payload": child_payload(config.get("args") or {}, ctx.keychain),
                 "parent_execution_id": ctx.execution_id,
             }
             if config.get("version") is not None:

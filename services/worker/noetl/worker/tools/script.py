@@ -46,7 +46,9 @@ _INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "TZ")
 
 def allowed() -> bool:
     """Whether this worker runs scripts: anything but an explicit no (``false``, ``0``, ``no``)."""
-    return os.environ.get(ALLOW_ENV, "true").strip().lower() not in ("false", "0", "no", "off")
+    from noetl.events.settings import setting
+
+    return bool(setting("allow_script"))
 
 
 class _Capped:

@@ -1,0 +1,171 @@
+"""Settings (issue 30): one typed object, one-line refusals naming the variable, only where used."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from noetl.cli.main import build_parser, main
+from noetl.events.settings import Settings, SettingsError, markdown_table, setting, settings
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOK = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: s, path: tests/settings}
+workflow:
+  - step: start
+    tool: [{name: t, kind: noop}]
+"""
+
+
+@pytest.fixture(autouse=True)
+def clean(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("NOETL_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30", 30.0),
+        ("30s", 30.0),
+        ("500ms", 0.5),
+        ("5m", 300.0),
+        ("12h", 43200.0),
+        ("30d", 2592000.0),
+        ("0", 0.0),
+    ],
+)
+def test_every_duration_takes_the_same_forms(
+    monkeypatch: pytest.MonkeyPatch, text: str, seconds: float
+) -> None:
+    for name in ("NOETL_ACK_WAIT", "NOETL_EVENTS_MAX_AGE", "NOETL_LEASE_TTL", "NOETL_STALL_AFTER_S"):
+        monkeypatch.setenv(name, text)
+    if seconds == 0:  # a lease or a wait of nothing is refused; a retention of 0 means forever
+        assert setting("events_max_age") == 0.0
+        with pytest.raises(SettingsError, match=r"^NOETL_ACK_WAIT='0': "):
+            setting("ack_wait")
+        return
+    s = settings()
+    assert s.ack_wait == s.events_max_age == s.lease_ttl == s.stall_after_s == seconds
+
+
+def test_the_readers_use_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from noetl.events.streams import events_retention, replicas_wanted
+    from noetl.server.api.queries import stall_after
+    from noetl.server.leases import lease_ttl
+    from noetl.worker.service import Worker
+
+    monkeypatch.setenv("NOETL_ACK_WAIT", "2s")
+    monkeypatch.setenv("NOETL_MAX_DELIVER", "3")
+    monkeypatch.setenv("NOETL_EVENTS_MAX_AGE", "1d")
+    monkeypatch.setenv("NOETL_EVENTS_MAX_BYTES", "1GiB")
+    monkeypatch.setenv("NOETL_LEASE_TTL", "1500ms")
+    monkeypatch.setenv("NOETL_STALL_AFTER_S", "1m")
+    monkeypatch.setenv("NOETL_REPLICAS", "3")
+    from noetl.events.memory import MemoryBus
+
+    w = Worker(MemoryBus())
+    assert (w.ack_wait, w.max_deliver) == (2.0, 3)
+    assert events_retention() == (86400.0, 2**30)
+    assert lease_ttl() == 1.5 and stall_after() == 60.0 and replicas_wanted() == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("NOETL_HTTP_PORT", "abc", "NOETL_HTTP_PORT='abc': not a whole number"),
+        ("NOETL_HTTP_PORT", "70000", "NOETL_HTTP_PORT='70000': Input should be less than or equal to 65535"),
+        ("NOETL_ACK_WAIT", "soon", "NOETL_ACK_WAIT='soon': use a duration such as 500ms, 30s, 5m, 12h, 30d"),
+        ("NOETL_REPLICAS", "7", "NOETL_REPLICAS='7': Input should be less than or equal to 5"),
+        ("NOETL_EVENTS_MAX_BYTES", "lots", "NOETL_EVENTS_MAX_BYTES='lots': give a number of bytes"),
+    ],
+)
+def test_a_bad_value_is_refused_in_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, expected: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as e:
+        settings()
+    assert str(e.value).startswith(expected) and "\n" not in str(e.value), e.value
+
+
+def test_a_secret_is_never_repeated_in_the_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NOETL_API_INSECURE", "hunter2-not-a-bool")
+    with pytest.raises(SettingsError, match="NOETL_API_INSECURE") as e:
+        settings()
+    assert "hunter2" in str(e.value)  # not a secret: shown
+    monkeypatch.delenv("NOETL_API_INSECURE")
+    monkeypatch.setenv("NOETL_NATS_TOKEN", "s3cr3t-token")
+    assert "s3cr3t" not in repr(settings())
+
+
+def test_a_bad_port_does_not_break_validate_but_stops_the_server(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NOETL_HTTP_PORT", "abc")
+    monkeypatch.setenv("NOETL_LOG_FORMAT", "console")
+    f = tmp_path / "p.yaml"
+    f.write_text(PLAYBOOK)
+    assert main(["validate", str(f)]) == 0
+    assert main(["server", "--nats-url", "nats://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["noetl server: NOETL_HTTP_PORT='abc': not a whole number"], err
+    # the flag wins over the environment, and is named when it is the bad one
+    monkeypatch.setenv("NOETL_HTTP_PORT", "8080")
+    monkeypatch.setenv("NOETL_LEASE_TTL", "-1")
+    assert main(["server", "--http-port", "-1"]) == 2
+    assert "NOETL_LEASE_TTL='-1'" in capsys.readouterr().err
+    # with JSON logs (the default off a terminal) the refusal is a JSON line too
+    monkeypatch.setenv("NOETL_LOG_FORMAT", "json")
+    monkeypatch.delenv("NOETL_LEASE_TTL")
+    monkeypatch.setenv("NOETL_WORKER_HTTP_PORT", "x1")
+    assert main(["worker"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    record = json.loads(line)
+    assert record["level"] == "error" and record["event"] == "NOETL_WORKER_HTTP_PORT='x1': not a whole number"
+
+
+def test_a_settings_file_is_weaker_than_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    f = tmp_path / "noetl.yaml"
+    f.write_text("ack_wait: 45s\nhttp_port: 9000\nNOETL_MAX_DELIVER: 7\n")
+    monkeypatch.setenv("NOETL_CONFIG", str(f))
+    monkeypatch.setenv("NOETL_HTTP_PORT", "9100")
+    s = settings()
+    assert (s.ack_wait, s.http_port, s.max_deliver) == (45.0, 9100, 7)
+    assert setting("ack_wait") == 45.0 and setting("http_port") == 9100
+    f.write_text("ack_wait: later\n")
+    with pytest.raises(SettingsError, match=r"^NOETL_ACK_WAIT='later' \(in "):
+        setting("ack_wait")
+    f.write_text("no_such: 1\n")
+    with pytest.raises(SettingsError, match="unknown setting 'no_such'"):
+        settings()
+
+
+def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert re.fullmatch(r"noetl \S+\n", capsys.readouterr().out)
+    text = build_parser().format_help()
+    for name in Settings.model_fields:
+        assert f"NOETL_{name.upper()}" in text
+
+
+def test_the_operations_table_is_the_settings() -> None:
+    """docs/operations.md holds ``markdown_table()`` between its markers: regenerate it with
+    ``python -m noetl.events.settings --write docs/operations.md``."""
+    doc = (ROOT / "docs/operations.md").read_text()
+    begin, end = "<!-- settings:begin -->\n", "<!-- settings:end -->"
+    assert begin in doc and end in doc, "docs/operations.md has no settings table"
+    table = doc.split(begin, 1)[1].split(end, 1)[0]
+    assert table == markdown_table(), "docs/operations.md's settings table is out of date"
