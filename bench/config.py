@@ -29,6 +29,7 @@ class Sizes:
     io_http: int = 5_000  # bench.io_loops: GETs of a local HTTP server
     io_pg: int = 5_000  # bench.io_loops: single-row INSERTs
     million: int = 1_000_000  # bench.million: memory and event bytes of a huge loop
+    peers: bool = True  # Restate beside the engine in `shapes` (installed on first use)
     peer_chain: int = 50
     peer_loop: int = 500
     peer_fanout: int = 200  # workflows/flows of three activities/tasks each
@@ -57,6 +58,7 @@ QUICK = Sizes(
     io_http=500,
     io_pg=500,
     million=20_000,
+    peers=False,
     peer_chain=20,
     peer_loop=100,
     peer_fanout=50,

@@ -162,10 +162,13 @@ async def run(rec: Recorder, sizes: Sizes, runs: int) -> None:
     )
     peer: Restate | None = None
     with contextlib.ExitStack() as stack:
-        try:
-            peer = stack.enter_context(Restate(fsync=fsync))
-        except PeerUnavailable as e:
-            rec.note(NAME, f"restate: no numbers: {e}")
+        if not sizes.peers:
+            rec.note(NAME, "restate: not run (--quick runs no peers)")
+        else:
+            try:
+                peer = stack.enter_context(Restate(fsync=fsync))
+            except PeerUnavailable as e:
+                rec.note(NAME, f"restate: no numbers: {e}")
         async with Cluster(concurrency=sizes.worker_concurrency) as c:
             watch = await FinishWatch(c.nc).start()
             limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
