@@ -248,6 +248,7 @@ async def postgres(rec: Recorder, sizes: Sizes, runs: int) -> None:
                 "--data",
                 json.dumps({"dsn": PG_DSN}),
                 "--allow-inline",
+                "--anonymous",
                 "--nats-url",
                 c._url,
             ]
