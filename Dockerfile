@@ -2,6 +2,7 @@
 #   docker build -t noetl-jetstream:0.2.0 .
 #   docker build --build-arg EXTRAS=nkeys -t noetl-jetstream-slim:0.2.0 .   # no DuckDB, no asyncpg
 #   docker run --rm noetl-jetstream:0.2.0 --help
+# Its packages are requirements.lock's (scripts/lock.sh writes it from pyproject.toml).
 FROM python:3.11-slim
 
 ENV PYTHONUNBUFFERED=1 \
@@ -11,12 +12,21 @@ ENV PYTHONUNBUFFERED=1 \
 
 # Only what the wheel is built from; .dockerignore keeps the rest of the tree out.
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY libs ./libs
 COPY services ./services
 # The extras the image carries: postgres (asyncpg), duckdb, nkeys (.creds auth), otlp (traces).
 ARG EXTRAS=all
-RUN pip install ".[${EXTRAS}]" && rm -rf /src
+# requirements.lock (scripts/lock.sh) pins every dependency of `all` with hashes: the default image
+# installs exactly it, each file checked against its hash; other EXTRAS take the lock's versions as
+# constraints (what they leave out is not installed).
+RUN if [ "$EXTRAS" = all ]; then \
+      pip install --require-hashes --no-deps -r requirements.lock && pip install --no-deps ".[${EXTRAS}]"; \
+    else \
+      sed -e '/--hash=/d' -e 's/ *\\$//' requirements.lock > /tmp/constraints.txt \
+      && pip install -c /tmp/constraints.txt ".[${EXTRAS}]"; \
+    fi \
+    && pip check && rm -rf /src /tmp/constraints.txt
 
 # A fixed numeric uid, so Kubernetes can verify runAsNonRoot (the chart runs it as 10001).
 RUN groupadd --system --gid 10001 noetl \

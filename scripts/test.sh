@@ -12,11 +12,20 @@ fi
 .venv/bin/mypy                      # [tool.mypy] in pyproject.toml: files, strictness, exceptions
 .venv/bin/python scripts/any_count.py   # functions with Any in their signature, per package (a report)
 status=0
-.venv/bin/python -m pytest -q -p no:cacheprovider || status=$?
+report=$(mktemp -d)
+trap 'rm -rf "$report"' EXIT
+.venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$report/pytest.xml" || status=$?
+# tested minimum versions: the lowest direct dependencies pyproject allows, in a throwaway venv
+if [ "${CI:-}" = true ] || [ "${NOETL_MIN_DEPS:-}" = 1 ]; then
+  ./scripts/min_deps.sh || status=$?
+fi
 CONFORMANCE=${CONFORMANCE:-../shared/conformance/run.py}
 if [ -f "$CONFORMANCE" ]; then
-  PATH="$PWD/.venv/bin:$PATH" .venv/bin/python "$CONFORMANCE" --known-failures conformance-known-failures.txt || status=$?
+  PATH="$PWD/.venv/bin:$PATH" .venv/bin/python "$CONFORMANCE" --known-failures conformance-known-failures.txt \
+    | tee "$report/conformance.txt" || status=$?
 else
   echo "conformance runner not found at $CONFORMANCE: skipped"
 fi
+# one closing line for everything that ran: the test suite and the conformance cases
+.venv/bin/python scripts/totals.py "$report/pytest.xml" "$report/conformance.txt" || status=$?
 exit $status

@@ -169,3 +169,68 @@ def test_the_operations_table_is_the_settings() -> None:
     assert begin in doc and end in doc, "docs/operations.md has no settings table"
     table = doc.split(begin, 1)[1].split(end, 1)[0]
     assert table == markdown_table(), "docs/operations.md's settings table is out of date"
+
+
+def test_tokens_auth_file_and_credentials_key_are_read_through_the_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from noetl.cli.as_principal import principal_token
+    from noetl.dsl.errors import DeploymentError
+    from noetl.server.api.server import api_tokens
+    from noetl.store.credentials import _key_text, generate_key
+    from noetl.store.principals import Principals
+
+    key = generate_key()
+    monkeypatch.setenv("NOETL_API_TOKEN", "u" * 16)
+    monkeypatch.setenv("NOETL_API_ADMIN_TOKEN", "")  # empty: unset, as before
+    monkeypatch.setenv("NOETL_TOKEN", "p" * 16)
+    monkeypatch.setenv("NOETL_CREDENTIALS_KEY", key)
+    assert api_tokens() == ("u" * 16, None)
+    assert principal_token() == "p" * 16
+    assert _key_text(None) == key
+    # from the --config file too, like every other setting; the environment still wins
+    monkeypatch.delenv("NOETL_CREDENTIALS_KEY")
+    key_file = tmp_path / "key"
+    key_file.write_text(key + "\n")
+    auth = tmp_path / "auth.yaml"
+    auth.write_text(f"principals: [{{name: ops, token_sha256: {'a' * 64}, role: admin}}]\n")
+    config = tmp_path / "noetl.yaml"
+    nope = tmp_path / "nope.yaml"
+    config.write_text(f"api_admin_token: {'a' * 16}\ncredentials_key_file: {key_file}\nauth_file: {nope}\n")
+    monkeypatch.setenv("NOETL_CONFIG", str(config))
+    monkeypatch.delenv("NOETL_API_ADMIN_TOKEN")
+    assert api_tokens() == ("u" * 16, "a" * 16)
+    assert _key_text(None) == key
+    monkeypatch.setenv("NOETL_AUTH_FILE", str(auth))
+    assert Principals.load(None, None).required  # the environment's file, not the config's
+    monkeypatch.delenv("NOETL_AUTH_FILE")
+    with pytest.raises(DeploymentError, match=re.escape(str(nope))):
+        Principals.load(None, None)
+    monkeypatch.setenv("NOETL_API_INSECURE", "maybe")
+    with pytest.raises(SettingsError, match="NOETL_API_INSECURE='maybe': use true or false"):
+        setting("api_insecure")
+
+
+_READ = re.compile(r"os\.(?:environ\.get|getenv)\(\s*([^,)]+)|os\.environ\[([^\]]+)\](?!\s*=[^=])")
+
+
+def test_no_noetl_variable_is_read_outside_the_settings() -> None:
+    """Every ``NOETL_*`` variable goes through ``noetl.events.settings`` (its types, its one-line
+    refusals, ``--config``, the docs table): no module reads one from ``os.environ`` itself."""
+    sources = [
+        p
+        for folder in ("libs", "services")
+        for p in (ROOT / folder).rglob("*.py")
+        if p.name != "settings.py" or "events" not in p.parts
+    ]
+    constants: set[str] = set()  # names bound to "NOETL_..." anywhere (they are imported around)
+    for p in sources:
+        constants.update(re.findall(r'^\s*([A-Z_]+)\s*=\s*"NOETL_[A-Z_]*"', p.read_text(), re.M))
+    found = []
+    for p in sources:
+        for n, line in enumerate(p.read_text().splitlines(), 1):
+            for m in _READ.finditer(line):
+                arg = (m[1] or m[2]).strip()
+                if "NOETL_" in arg or arg in constants:
+                    found.append(f"{p.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert found == []

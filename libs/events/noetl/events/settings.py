@@ -182,6 +182,14 @@ class Settings(BaseSettings):
     api_insecure: bool = Field(
         False, description="serve HTTP off loopback without a token (`--insecure`; a trusted network only)"
     )
+    auth_file: OptionalStr = Field(
+        None,
+        description="the principals of the HTTP API and the NATS services: name, token or token_sha256, role, namespaces (`--auth-file`; [security](security.md))",
+    )
+    token: SecretStr | None = Field(
+        None,
+        description="a principal's token the CLI acts with, through the checked NATS services (never logged); unset: as its NATS user",
+    )
     # workers
     worker_http_port: int = Field(
         -1,
@@ -327,6 +335,8 @@ USED_BY = {
     "api_token": "server",
     "api_admin_token": "server",
     "api_insecure": "server",
+    "auth_file": "server",
+    "token": "CLI commands",
     "worker_http_port": "worker",
     "ack_wait": "worker",
     "max_deliver": "worker",

@@ -42,9 +42,12 @@ def generate_key() -> str:
 def _key_text(key: bytes | str | None) -> str | None:
     if key:
         return key.decode("ascii") if isinstance(key, bytes) else key
-    if os.environ.get(KEY_ENV):
-        return os.environ[KEY_ENV]
-    path = os.environ.get(KEY_FILE_ENV)
+    from noetl.events.settings import setting
+
+    env_key = setting("credentials_key")
+    if env_key is not None and env_key.get_secret_value():
+        return str(env_key.get_secret_value())
+    path = setting("credentials_key_file")
     if path:
         try:
             return Path(path).read_text().strip() or None

@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 from noetl.dsl.errors import DeploymentError
+from noetl.events.settings import setting
 
 AUTH_FILE_ENV = "NOETL_AUTH_FILE"
 ROLES = ("admin", "operator", "viewer")
@@ -175,7 +176,7 @@ class Principals:
             entries.append((sha, Principal("admin", "admin")))
         if token:
             entries.append((_sha(check_token(token, "NOETL_API_TOKEN")), Principal("user", "operator")))
-        path = auth_file if auth_file is not None else os.environ.get(AUTH_FILE_ENV) or None
+        path = auth_file if auth_file is not None else setting("auth_file")
         if path:
             entries.extend(load_auth_file(path))
         shas = [sha for sha, _ in entries]

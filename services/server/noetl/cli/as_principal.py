@@ -10,7 +10,6 @@ may, no more, whatever the NATS server would otherwise let a client do.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from noetl.dsl.errors import RequestInvalidError, reply_error
@@ -20,7 +19,10 @@ TOKEN_ENV = "NOETL_TOKEN"
 
 def principal_token() -> str | None:
     """The token the CLI acts with, or None (then it acts as its NATS user, on NATS directly)."""
-    return os.environ.get(TOKEN_ENV) or None
+    from noetl.events.settings import setting
+
+    token = setting("token")
+    return token.get_secret_value() or None if token is not None else None
 
 
 async def call_service(

@@ -207,17 +207,15 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
         http_port = args.http_port
         if role == "server" and http_port >= 0:
             from noetl.server.api.listener import HttpListener
-            from noetl.server.api.server import ADMIN_TOKEN_ENV, TOKEN_ENV, check_exposure
+            from noetl.server.api.server import api_tokens, check_exposure
             from noetl.store.principals import Principals
 
             host = args.http_host
             insecure = bool(getattr(args, "insecure", False)) or bool(setting("api_insecure"))
             # the principals (tokens, the auth file) are read before the port opens: a bad auth
             # file stops the start here, and principals count as the API's token
-            token = os.environ.get(TOKEN_ENV) or None
-            principals = Principals.load(
-                token, os.environ.get(ADMIN_TOKEN_ENV) or None, getattr(args, "auth_file", None)
-            )
+            token, admin_token = api_tokens()
+            principals = Principals.load(token, admin_token, getattr(args, "auth_file", None))
             check_exposure(host, token or ("principals" if principals.required else None), insecure)
             listener = HttpListener(host, http_port, state)
             await listener.start()
@@ -549,7 +547,7 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from noetl.events.settings import CONFIG_ENV, help_text
+    from noetl.events.settings import CONFIG_ENV, help_text, setting
 
     ap = argparse.ArgumentParser(
         prog="noetl",
@@ -562,7 +560,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--config",
         metavar="FILE",
-        default=os.environ.get(CONFIG_ENV) or None,
+        default=setting("config"),
         help=f"a YAML or JSON file of settings ({CONFIG_ENV}); the environment and flags win over it",
     )
     sub = ap.add_subparsers(dest="command", required=True)
@@ -619,7 +617,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--auth-file",
-        default=os.environ.get("NOETL_AUTH_FILE") or None,
+        default=None,  # NOETL_AUTH_FILE (the settings), read by Principals.load
         help="the principals: name, token or token_sha256, role, namespaces (NOETL_AUTH_FILE)",
     )
     p.set_defaults(fn=cmd_server)

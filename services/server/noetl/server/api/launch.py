@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from typing import Any
 
 from noetl.events.nats_port import as_bus
 from noetl.events.runtime import DEFAULT_INTERVAL, DEFAULT_TTL, RuntimeRegistrar
 from noetl.server.api.micro import NatsApiService
-from noetl.server.api.server import ADMIN_TOKEN_ENV, TOKEN_ENV, ApiServer
+from noetl.server.api.server import ApiServer, api_tokens
 from noetl.store.audit import ensure_audit_stream
 from noetl.store.principals import Principals
 
@@ -96,7 +95,7 @@ async def start_operations(
             if nc is not None:
                 await ensure_audit_stream(bus)  # the service's actions are audited, HTTP or not
                 principals = ops.api.ctx.principals if ops.api is not None else Principals.load(
-                    os.environ.get(TOKEN_ENV) or None, os.environ.get(ADMIN_TOKEN_ENV) or None, auth_file
+                    *api_tokens(), auth_file
                 )
                 micro = NatsApiService(nc, svc.requests, principals)
                 await micro.start()

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import os
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +21,7 @@ import uvicorn
 from noetl.dsl.errors import DeploymentError
 from noetl.events.nats_port import as_bus
 from noetl.events.retry import retrying
+from noetl.events.settings import setting
 from noetl.server.api.app import build_app
 from noetl.server.api.collector import MetricsCollector
 from noetl.server.api.context import ApiContext
@@ -33,6 +33,15 @@ log = logging.getLogger("noetl.server.api")
 TOKEN_ENV = "NOETL_API_TOKEN"
 ADMIN_TOKEN_ENV = "NOETL_API_ADMIN_TOKEN"
 INSECURE_ENV = "NOETL_API_INSECURE"
+
+
+def api_tokens() -> tuple[str | None, str | None]:
+    """``NOETL_API_TOKEN`` and ``NOETL_API_ADMIN_TOKEN`` (or their keys in ``--config``'s file),
+    read through the settings; an empty one is unset."""
+    token, admin = setting("api_token"), setting("api_admin_token")
+    return (token.get_secret_value() or None if token else None), (
+        admin.get_secret_value() or None if admin else None
+    )
 
 
 def is_loopback(host: str) -> bool:
@@ -102,10 +111,11 @@ class ApiServer:
         ``listener``: an ``HttpListener`` already serving the probes on the port since before
         NATS was reached; the API takes its socket over instead of binding one. ``nats_state``:
         the connection's ``ConnectionState``, which ``/health`` reports."""
-        token = token if token is not None else os.environ.get(TOKEN_ENV) or None
-        admin_token = admin_token if admin_token is not None else os.environ.get(ADMIN_TOKEN_ENV) or None
+        env_token, env_admin_token = api_tokens()
+        token = token if token is not None else env_token
+        admin_token = admin_token if admin_token is not None else env_admin_token
         if insecure is None:
-            insecure = os.environ.get(INSECURE_ENV, "").strip().lower() in ("1", "true", "yes")
+            insecure = bool(setting("api_insecure"))
         principals = Principals.load(token, admin_token, auth_file)
         check_exposure(host, token or ("principals" if principals.required else None), insecure)
         self.ctx = ApiContext(
