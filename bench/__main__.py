@@ -19,7 +19,11 @@ from bench import report
 from bench.config import FULL, QUICK
 from bench.record import Recorder
 
-SCENARIOS = ["floor", "chain", "loop", "fanout", "startup", "one_step", "ha", "peers"]
+SCENARIOS = [
+    *["floor", "chain", "loop", "fanout", "startup", "one_step", "shapes", "io_loops", "ha", "peers"],
+    "million",
+]
+ON_REQUEST = {"million"}  # long: only when named with --scenario
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -27,6 +31,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--scenario", action="append", choices=SCENARIOS, help="repeatable; default: all")
     ap.add_argument("--runs", type=int, help="repetitions per scenario (default 3; 1 with --quick)")
     ap.add_argument("--quick", action="store_true", help="small sizes, one run, no peers (~2 minutes)")
+    ap.add_argument(
+        "--fsync",
+        action="store_true",
+        help="shapes with fsync on: JetStream sync_interval always, Restate's default WAL fsync",
+    )
     ap.add_argument(
         "--write-docs", action="store_true", help="update docs/performance.md even on a partial run"
     )
@@ -37,10 +46,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     sizes = QUICK if args.quick else FULL
     runs = args.runs or (1 if args.quick else 3)
-    chosen = args.scenario or [s for s in SCENARIOS if not (args.quick and s == "peers")]
+    chosen = args.scenario or [
+        s for s in SCENARIOS if s not in ON_REQUEST and not (args.quick and s == "peers")
+    ]
     if "floor" not in chosen:
         chosen = ["floor", *chosen]
     chosen = [s for s in SCENARIOS if s in chosen]
+    if args.fsync:
+        import os
+
+        os.environ["NOETL_BENCH_FSYNC"] = "always"
     rec = Recorder()
     where = report.machine()  # before the run, so the load average is other people's
     t0 = time.monotonic()

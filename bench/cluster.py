@@ -61,7 +61,10 @@ class Service:
         self.role = role
         self.log_path = log_path
         self._log = self.log_path.open("wb")
-        env = {**os.environ, "NOETL_LOG_LEVEL": "WARNING", **(env or {})}
+        # console lines: the "running against" line wait_ready looks for is a plain stderr line
+        # there, where with JSON logs (the default off a terminal) it is an INFO record that the
+        # WARNING level drops
+        env = {**os.environ, "NOETL_LOG_LEVEL": "WARNING", "NOETL_LOG_FORMAT": "console", **(env or {})}
         self.proc = subprocess.Popen(
             [str(BIN / "noetl"), role, *args], stdout=subprocess.DEVNULL, stderr=self._log, env=env
         )

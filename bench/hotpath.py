@@ -131,6 +131,8 @@ async def measure(shape: str, iterations: int, max_in_flight: int, rate: int) ->
         text = playbooks.chain(iterations)
     elif shape == "fanout":
         text = playbooks.three_step()
+    elif shape == "local":  # issue 29: one noop task per iteration, exec: local
+        text = playbooks.tiny_loop(iterations, exec_="local", max_in_flight=max_in_flight)
     else:
         text = playbooks.loop(iterations, parallel=True, max_in_flight=max_in_flight)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -197,6 +199,8 @@ def report(meta: dict[str, Any], msgs: dict[str, Any], profiles: dict[str, Any])
     what = {
         "chain": f"Chain of {n} sequential noop steps",
         "fanout": f"{n} executions of a three-step playbook at once",
+        "local": f"exec: local loop of {n} iterations (one noop task each), max_in_flight "
+        f"{meta['max_in_flight']}",
     }.get(
         meta["shape"], f"Loop of {n} iterations (two noop tasks each), max_in_flight {meta['max_in_flight']}"
     )
@@ -241,12 +245,12 @@ def report(meta: dict[str, Any], msgs: dict[str, Any], profiles: dict[str, Any])
 
 
 # the sizes docs/performance.md reports ("Where the time goes now")
-DEFAULT_ITERATIONS = {"loop": 5000, "chain": 300, "fanout": 3000}
+DEFAULT_ITERATIONS = {"loop": 5000, "chain": 300, "fanout": 3000, "local": 20000}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.hotpath", description=__doc__)
-    ap.add_argument("--shape", choices=["loop", "chain", "fanout"], default="loop")
+    ap.add_argument("--shape", choices=["loop", "chain", "fanout", "local"], default="loop")
     ap.add_argument(
         "--iterations",
         type=int,

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
 
-from bench import playbooks
+from bench import io_loops, playbooks
 from bench.__main__ import SCENARIOS
 from bench.record import Recorder, percentile
 from noetl.dsl import validate_text
 
-MODULES = [*SCENARIOS, "__main__", "cluster", "common", "config", "goals", "hotpath", "record", "report"]
+MODULES = [
+    *SCENARIOS,
+    *["__main__", "cluster", "common", "config", "goals", "hotpath", "record", "report", "peers.restate"],
+]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -30,6 +34,10 @@ def test_bench_module_imports(name: str) -> None:
         playbooks.loop(10, parallel=False),
         playbooks.three_step(),
         playbooks.one_step(),
+        playbooks.tiny_loop(10, exec_="local"),
+        playbooks.tiny_loop(10, exec_="distributed", max_in_flight=50),
+        io_loops.http_loop(10, "http://127.0.0.1:1/", "local"),
+        io_loops.pg_loop(10, "distributed"),
     ],
 )
 def test_generated_playbooks_validate(text: str) -> None:
@@ -143,3 +151,31 @@ def test_no_figure_from_a_failed_execution() -> None:
     assert watch.succeeded("ok") == 1.5
     with pytest.raises(RuntimeError, match=r"ended failed: .*request_invalid"):
         watch.succeeded("bad")
+
+
+def test_restate_goals_compare_with_the_faster_sdk() -> None:
+    """Each shape is judged against the better of Restate's two SDKs, in the right direction."""
+    from bench import report
+
+    rec = Recorder()
+    figures = (("noetl", 1.0, 3000.0), ("restate_ts", 1.1, 6000.0), ("restate_py", 1.3, 3500.0))
+    for who, chain, conc in figures:
+        rec.add("shapes", f"{who}_chain_ms_per_step", chain, "ms")
+        rec.add("shapes", f"{who}_conc_steps_per_s", conc, "steps/s", higher=True)
+    got = {
+        text.split(": ", 1)[1].split(" (")[0]: (measured, verdict)
+        for text, measured, _target, _unit, verdict in report.goal_rows(rec)
+        if text.startswith("vs restate")
+    }
+    assert got["chain of 50 steps"] == ("1.10", "met")
+    assert got["50 x 20-step workflows at once"] == ("0.50", "NOT met")
+    assert got["one-step workflow"][1] == "n/a"
+
+
+def test_restate_config_turns_fsync_off_only_when_asked() -> None:
+    from bench.peers.restate import _config
+
+    ports = {"fabric": 1, "ingress": 2, "admin": 3}
+    off, on = _config(Path("/x"), ports, fsync=False), _config(Path("/x"), ports, fsync=True)
+    assert off.count("rocksdb-disable-wal-fsync = true") == 2 and "disable-wal-fsync" not in on
+    assert '"127.0.0.1:2"' in on and "127.0.0.1:3" in on

@@ -219,6 +219,9 @@ class CommandRun(_Command):
         return res.ok
 
 
+LOCAL_CONFIRM_EVERY = 1024  # plain messages between a local loop's confirmations
+
+
 class SharedOutbox:
     """An outbox the concurrent iterations of one local loop share: a send and a confirmation
     never interleave, so a confirmation never forgets a message sent while it waited."""
@@ -331,9 +334,13 @@ class LocalLoop(_Command):
         items = await self._items()
         ended = await self._ended() if redelivered else set()
         slots = asyncio.Semaphore(max(1, int(self.local.get("max_in_flight") or 1)))
-        # one outbox for every iteration, confirmed every 64 plain messages and at the end: an
-        # iteration lost to a crash before its confirmation runs again at the redelivery
-        outbox = SharedOutbox(self.worker.bus.outbox(ack_all=self.worker._ack_all))
+        # one outbox for every iteration, confirmed every LOCAL_CONFIRM_EVERY plain messages and
+        # at the end (the command's ack waits for that): an iteration whose events a crash lost
+        # runs again at the redelivery. The interval only bounds what the outbox keeps for a
+        # resend (~0.5 MB): while one confirmation waits for its ack, every iteration of the loop
+        # waits, so every 64 messages (16 iterations) cost the loop a round trip.
+        own = self.worker.bus.outbox(ack_all=self.worker._ack_all, confirm_every=LOCAL_CONFIRM_EVERY)
+        outbox = SharedOutbox(own)
         running: set[asyncio.Task[None]] = set()
         failed = False
         errors: list[Exception] = []

@@ -28,7 +28,7 @@ from bench.record import Recorder
 from noetl.host.natsserver import free_port
 
 NAME = "peers"
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # bench/
 PEERS = HERE / ".peers"
 SCRIPTS = HERE / "peer_scripts"
 # Prefect's server gets a database of its own on this PostgreSQL when it is reachable.
