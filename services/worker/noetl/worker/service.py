@@ -70,6 +70,8 @@ log = logging.getLogger("noetl.worker")
 # limit, so a command is never dropped unanswered (a worker_lost event that cannot be stored is
 # tried again at the next delivery).
 _CANCELLED_KEEP = 10_000
+# command ids this worker finished, so a redelivery of one (its ack lost to a pause) is not run again
+_DONE_KEEP = 10_000
 # JetStream refuses messages over 1 MiB; leave room for the envelope
 MAX_TERMINAL_BYTES = 900 * 1024
 _NO_SECRETS = Masker()  # a playbook without a keychain masks nothing: no masker per command
@@ -114,6 +116,9 @@ class Worker:
         self.task_durations: dict[str, Histogram] = {}
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._cancelled: dict[str, None] = {}  # execution ids, oldest first
+        # commands running here (done when their run ends) and finished here, oldest first
+        self._active: dict[str, asyncio.Future[None]] = {}
+        self._finished_here: dict[str, None] = {}
         # command tasks inside their pipeline run, by execution: what a cancellation interrupts
         self._by_execution: dict[str, set[asyncio.Task[Any]]] = {}
         self._interrupted: set[asyncio.Task[Any]] = set()
@@ -259,12 +264,22 @@ class Worker:
                     log.error("dropped a malformed command on %s: %s", msg.subject, e)
                     await msg.term()
                 return
-            if msg.delivered >= self.max_deliver and self.max_deliver > 1:
-                await self._worker_lost(cmd, msg.delivered)
-            else:
-                await self._run_command(cmd, msg)
-            # the terminal event is stored: only now may the command leave the work queue
-            await msg.ack()
+            cid = cmd["command_id"]
+            if msg.delivered > 1 and await self._ran_here(cid):
+                await msg.ack()  # its terminal event is stored: this delivery only needs its ack
+                return
+            self._active[cid] = asyncio.get_running_loop().create_future()
+            try:
+                if msg.delivered >= self.max_deliver and self.max_deliver > 1:
+                    await self._worker_lost(cmd, msg.delivered)
+                else:
+                    await self._run_command(cmd, msg)
+                # the terminal event is stored: only now may the command leave the work queue
+                await msg.ack()
+                self._remember_done(cid)
+            finally:
+                done = self._active.pop(cid)
+                done.set_result(None)
             self.completed += 1
         except asyncio.CancelledError:
             raise
@@ -274,6 +289,22 @@ class Worker:
                 await msg.nak(delay=1)
         finally:
             self._leases.pop(id(msg), None)
+
+    async def _ran_here(self, command_id: str) -> bool:
+        """A redelivered command this worker runs right now or has finished: a pause of the whole
+        process (a GC pause, a VM stall) outlasted the ack wait, and JetStream handed the command
+        back while its first run went on. Running it again would repeat its tool's effect, so
+        the redelivery waits for the first run (held with in-progress acks) and is only acked;
+        True when that run stored the terminal event, False when it failed (run it again)."""
+        first = self._active.get(command_id)
+        if first is not None:
+            await asyncio.shield(first)
+        return command_id in self._finished_here
+
+    def _remember_done(self, command_id: str) -> None:
+        self._finished_here[command_id] = None
+        while len(self._finished_here) > _DONE_KEEP:
+            del self._finished_here[next(iter(self._finished_here))]
 
     async def _worker_lost(self, cmd: Command, delivered: int) -> None:
         err = WorkerLostError(
