@@ -16,21 +16,28 @@ import uvicorn
 
 
 class QuietUvicorn(uvicorn.Server):
+    """Leaves signals alone: the process that embeds it owns SIGTERM/SIGINT and stops it.
+
+    (uvicorn's own handlers would replace the CLI's, then restore the handlers from before, so a
+    SIGTERM could stop the HTTP side and leave the engine running.)"""
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
 
 
-def listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int, backlog: int = 2048) -> socket.socket:
+    """Bound here: a taken port is an ``OSError`` for the caller, where uvicorn would exit."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(128)
+        sock.listen(backlog)
     except OSError:
         sock.close()
         raise
+    sock.set_inheritable(True)
     return sock
 
 

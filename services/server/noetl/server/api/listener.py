@@ -10,13 +10,10 @@ runs: restarting it would not bring NATS back). Once the service has started, th
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -24,6 +21,7 @@ from starlette.routing import Route
 
 from noetl.dsl.errors import UnavailableError, reply_error
 from noetl.events.connection import ConnectionState
+from noetl.host.http import AppServer
 
 log = logging.getLogger("noetl.server.api")
 
@@ -91,8 +89,7 @@ class HttpListener:
         self.state = state
         self._starting: App = starting_app(state)
         self._app: App | None = None
-        self._server: uvicorn.Server | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._http: AppServer | None = None
 
     @property
     def url(self) -> str:
@@ -107,31 +104,12 @@ class HttpListener:
         self._app = app
 
     async def start(self) -> None:
-        from noetl.server.api.server import _listen, _Uvicorn
-
-        config = uvicorn.Config(
-            self,
-            host=self.host,
-            port=self.port,
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=2,
-        )
-        sock = _listen(self.host, self.port)  # a taken port is an OSError here, not an exit
-        self._server = _Uvicorn(config)
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="noetl-http")
-        while not self._server.started:
-            if self._task.done():
-                await self._task
-                raise RuntimeError(f"HTTP listener stopped while starting on {self.host}:{self.port}")
-            await asyncio.sleep(0.01)
-        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        self._http = AppServer(self, self.host, self.port, "noetl-http")
+        await self._http.start()
+        self.port = self._http.port
         log.info("HTTP probes listening on %s", self.url)
 
     async def stop(self) -> None:
-        if self._server is not None and self._task is not None:
-            self._server.should_exit = True
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-        self._server = self._task = None
+        if self._http is not None:
+            await self._http.stop()
+            self._http = None

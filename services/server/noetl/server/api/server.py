@@ -8,20 +8,15 @@ bound port is read back from the listening socket.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import ipaddress
 import logging
-import socket
-from collections.abc import Iterator
 from typing import Any
-
-import uvicorn
 
 from noetl.dsl.errors import DeploymentError
 from noetl.events.port import Bus
 from noetl.events.retry import retrying
 from noetl.events.settings import setting
+from noetl.host.http import AppServer
 from noetl.server.api.app import build_app
 from noetl.server.api.collector import MetricsCollector
 from noetl.server.api.context import ApiContext
@@ -61,32 +56,6 @@ def check_exposure(host: str, token: str | None, insecure: bool) -> None:
         f"for credential management), listen on 127.0.0.1, or pass --insecure ({INSECURE_ENV}=1) on a "
         "network you trust"
     )
-
-
-class _Uvicorn(uvicorn.Server):
-    """Leaves signals alone: the process that embeds the API owns SIGTERM/SIGINT and stops it.
-
-    (uvicorn's own handlers would replace the CLI's, then restore the handlers from before, so a
-    SIGTERM could stop the HTTP side and leave the engine running.)
-    """
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
 
 
 class ApiServer:
@@ -134,8 +103,7 @@ class ApiServer:
         self.host, self.port = (listener.host, listener.port) if listener is not None else (host, port)
         self.app = build_app(self.ctx)
         self.collector = MetricsCollector(self.ctx.bus, self.ctx.metrics)
-        self._server: uvicorn.Server | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._http: AppServer | None = None
 
     @property
     def url(self) -> str:
@@ -149,34 +117,16 @@ class ApiServer:
             self.listener.attach(self.app)
             log.info("HTTP API listening on %s", self.url)
             return
-        config = uvicorn.Config(
-            self.app,
-            host=self.host,
-            port=self.port,
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=2,
-        )
-        # bind here: a taken port is an OSError for the caller, where uvicorn would exit the process
-        sock = _listen(self.host, self.port)
-        self._server = _Uvicorn(config)
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="noetl-http")
-        while not self._server.started:
-            if self._task.done():
-                await self._task
-                raise RuntimeError(f"HTTP API stopped while starting on {self.host}:{self.port}")
-            await asyncio.sleep(0.01)
-        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        self._http = AppServer(self.app, self.host, self.port, "noetl-http")
+        await self._http.start()
+        self.port = self._http.port
         log.info("HTTP API listening on %s", self.url)
 
     async def stop(self) -> None:
         self.ctx.closing.set()  # ends open event streams, so shutdown does not wait on them
         if self.listener is not None:
             self.listener.attach(None)  # the port stays open; its owner closes it
-        if self._server is not None and self._task is not None:
-            self._server.should_exit = True
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-        self._server = self._task = None
+        if self._http is not None:
+            await self._http.stop()
+            self._http = None
         await self.collector.stop()
