@@ -10,6 +10,7 @@ either way, and a redelivered loop command skips the iterations whose terminal e
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING, Any
 
 from noetl.dsl.cache import template_engine
@@ -249,17 +250,10 @@ class LocalLoop(_Command):
     events are sent, through the loop's reducers when it declares any), so a sequential loop's
     iteration sees the ``set_ctx`` of the ones before it exactly as a distributed one does."""
 
-    def __init__(
-        self,
-        worker: Worker,
-        cmd: Command,
-        playbook: Playbook,
-        step: Step,
-        keychain: dict[str, Any],
-        masker: Masker,
-    ) -> None:
-        super().__init__(worker, cmd, playbook, step, keychain, masker)
-        self.ctx: dict[str, Any] = dict(cmd.get("ctx") or {})
+    @functools.cached_property
+    def ctx(self) -> dict[str, Any]:
+        """The running ctx, from the loop command's; replaced as iterations' patches apply."""
+        return dict(self.cmd.get("ctx") or {})
 
     @property
     def local(self) -> dict[str, Any]:
