@@ -12,24 +12,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from noetl.events import vocabulary
+
 # a running execution with no event for this long, waiting for nothing, is reported as stalled
 DEFAULT_STALL_AFTER_S = 120.0
-
-# inputs the server decides on: a stall after one of them is the control plane's
-_WORKER_INPUTS = frozenset(
-    {"step.done", "step.failed", "loop.iteration.done", "loop.iteration.failed", "loop.local.stopped"}
-)
-_OUTSIDE_INPUTS = frozenset(
-    {
-        "playbook.execution.requested",
-        "execution.cancel.requested",
-        "timer.fired",
-        "signal.received",
-        "execution.resume.requested",
-        "execution.abort.requested",
-    }
-)
-
 
 def _age(timestamp: Any, now: datetime) -> float | None:
     try:
@@ -70,7 +56,10 @@ def assess(
             f"step {step!r} waits for a worker of pool {step_pool!r} and none is alive: "
             f"start one (noetl worker --pool {step_pool})"
         )
-    elif name in _OUTSIDE_INPUTS or (name in _WORKER_INPUTS and last.get("source") == "worker"):
+    # an input the server decides on (the engine's own groups): a stall after it is the control plane's
+    elif name in vocabulary.OUTSIDE_INPUTS or (
+        name in vocabulary.WORKER_TERMINAL_EVENTS and last.get("source") == "worker"
+    ):
         out["reason"] = (
             f"its last event, {name}, is {idle:.0f} s old and no server has decided on it: check that "
             "a server holds its partition (noetl workers --all) and the servers' logs"
