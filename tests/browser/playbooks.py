@@ -1,6 +1,6 @@
 """Playbooks the console is shown with: by the browser tests and by scripts/console_screenshots.py."""
 
-from tests.playbooks import approval
+from tests.playbooks import approval, loop60
 
 HOLD = """
 apiVersion: noetl.io/v2
@@ -219,27 +219,7 @@ workflow:
     tool: {kind: noop, result: "{{ ctx.fetched }} split, each {{ args }}"}
 """
 
-LOOP60 = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: console_loop60, path: tests/console/loop60}
-workload: {n: 60, bad: 57}
-workflow:
-  - step: start
-    next: {arcs: [{step: each}]}
-  - step: each
-    spec: {policy: {failure: {mode: best_effort}}}
-    loop: {in: "{{ range(workload.n) | list }}", iterator: i, spec: {mode: parallel, max_in_flight: 8}}
-    tool:
-      - name: work
-        kind: python
-        args: {i: "{{ iter.i }}", bad: "{{ workload.bad }}"}
-        code: |
-          def main(i, bad):
-              if i == bad:
-                  raise ValueError(f"item {i} is bad")
-              return i
-"""
+LOOP60 = loop60("tests/console/loop60", name="console_loop60")
 
 CHILD = """
 apiVersion: noetl.io/v2

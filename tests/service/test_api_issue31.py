@@ -16,32 +16,12 @@ from noetl.server.api import ApiServer
 from noetl.server.service import Server
 from noetl.store.credentials import CredentialStore, generate_key
 from noetl.worker.service import Worker
-from tests.playbooks import approval
+from tests.playbooks import approval, loop60
 from tests.service.test_rerun import FLAKY
 
 TOKEN = "user-" + uuid.uuid4().hex
 
-LOOP60 = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: loop60, path: tests/api31/loop60}
-workload: {n: 60, bad: 57}
-workflow:
-  - step: start
-    next: {arcs: [{step: each}]}
-  - step: each
-    spec: {policy: {failure: {mode: best_effort}}}
-    loop: {in: "{{ range(workload.n) | list }}", iterator: i, spec: {mode: parallel, max_in_flight: 8}}
-    tool:
-      - name: work
-        kind: python
-        args: {i: "{{ iter.i }}", bad: "{{ workload.bad }}"}
-        code: |
-          def main(i, bad):
-              if i == bad:
-                  raise ValueError(f"item {i} is bad")
-              return i
-"""
+LOOP60 = loop60("tests/api31/loop60", name="loop60")
 
 PARENT = """
 apiVersion: noetl.io/v2
