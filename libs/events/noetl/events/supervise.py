@@ -15,7 +15,7 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
-from noetl.events.retry import describe
+from noetl.events.retry import Backoff, describe
 
 log = logging.getLogger("noetl.supervise")
 
@@ -37,7 +37,7 @@ async def supervise(
     A cancel ends the supervision (that is how a process stops a loop it no longer wants)."""
     done = stopping.is_set if isinstance(stopping, asyncio.Event) else stopping
     loop = asyncio.get_running_loop()
-    delay = MIN_DELAY
+    backoff = Backoff(MIN_DELAY, MAX_DELAY, healthy_after=HEALTHY_AFTER)
     while not done():
         began = loop.time()
         try:
@@ -55,8 +55,7 @@ async def supervise(
         else:
             log.warning("%s ended: %s; restarting", name, cause)
         restarts[name] += 1
-        delay = MIN_DELAY if loop.time() - began >= HEALTHY_AFTER else min(delay * 2, MAX_DELAY)
-        await asyncio.sleep(delay)
+        await asyncio.sleep(backoff.next(loop.time() - began))
 
 
 def start(
