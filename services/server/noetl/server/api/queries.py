@@ -310,8 +310,12 @@ def _assess(
     )
 
 
-async def _stalls(bus: Any, items: list[dict[str, Any]], requested: dict[str, dict[str, Any]]) -> None:
-    """Fill in ``stalled`` for the running executions of a page: one read of each one's last event."""
+async def _stalls(
+    bus: Any, items: list[dict[str, Any]], requested: Mapping[str, Mapping[str, Any]] | None = None
+) -> None:
+    """Fill in ``stalled`` for the running executions of a page: one read of each one's last event,
+    and of its request event only when it looks stalled and the caller has not read that already
+    (the request names the step's pool: stalled or queued)."""
     running = [item for item in items if item["status"] == "running"]
     for item in items:
         item["stalled"] = None
@@ -325,8 +329,15 @@ async def _stalls(bus: Any, items: list[dict[str, Any]], requested: dict[str, di
         async with gate:
             with contextlib.suppress(Exception):
                 msg = await bus.last(s.EVENTS_STREAM, s.execution_events_filter(eid))
-                if msg is not None:
-                    item["stalled"] = _assess(loads(msg.data), requested.get(eid), item, pools, workers)
+                if msg is None:
+                    return
+                last = loads(msg.data)
+                if requested is not None:
+                    item["stalled"] = _assess(last, requested.get(eid), item, pools, workers)
+                elif _assess(last, None, item, pools, workers) is not None:
+                    subject = s.execution_event_filter(eid, "playbook.execution.requested")
+                    req = await bus.last(s.EVENTS_STREAM, subject)
+                    item["stalled"] = _assess(last, loads(req.data) if req else None, item, pools, workers)
 
     await asyncio.gather(*(one(item) for item in running))
 
@@ -344,15 +355,7 @@ async def stall_counts(conn: Connection, running: list[str]) -> dict[str, int]:
     if not items:
         return {}
     await _waits(bus, items)
-    requested: dict[str, dict[str, Any]] = {}
-    for item in items:
-        eid = item["execution_id"]
-        subject = s.execution_event_filter(eid, "playbook.execution.requested")
-        with contextlib.suppress(Exception):
-            msg = await bus.last(s.EVENTS_STREAM, subject)
-            if msg is not None:
-                requested[eid] = loads(msg.data)
-    await _stalls(bus, items, requested)
+    await _stalls(bus, items)
     counts: dict[str, int] = {}
     for item in items:
         if item["stalled"]:
