@@ -166,6 +166,13 @@ async def test_service_discovery_ping_info_stats(service) -> None:
         ("schedule_delete", "noetl.api.schedule.delete", "noetl"),
         ("catalog_register", "noetl.api.catalog.register", "noetl"),
         ("catalog_list", "noetl.api.catalog.list", "noetl"),
+        ("catalog_show", "noetl.api.catalog.show", "noetl"),
+        ("events", "noetl.api.events", "noetl"),
+        ("logs", "noetl.api.logs", "noetl"),
+        ("executions", "noetl.api.executions", "noetl"),
+        ("credentials_list", "noetl.api.credentials.list", "noetl"),
+        ("credentials_set", "noetl.api.credentials.set", "noetl"),
+        ("credentials_delete", "noetl.api.credentials.delete", "noetl"),
     }
     inbox = user.new_inbox()
     sub = await user.subscribe(inbox)

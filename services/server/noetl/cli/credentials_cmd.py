@@ -52,12 +52,15 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
     refused from an anonymous connection unless ``--anonymous`` says that is meant (a private
     nats-server): with an anonymous default server, anyone on the network could otherwise
     replace or delete a credential and leave no trace."""
+    from noetl.cli.as_principal import principal_token
     from noetl.dsl.errors import KeychainUnresolvedError
     from noetl.events.masking import weak_secrets
     from noetl.events.nats_port import NatsBus
     from noetl.store.audit import ensure_audit_stream, record_credential_access
     from noetl.store.credentials import CredentialStore
 
+    if principal_token():  # as a principal: the service checks the role and audits its name
+        return await _credentials_as_principal(nc, args)
     bus = NatsBus(nc)
     store = await CredentialStore.open(bus, None)
     who = nats_identity(nc)
@@ -105,4 +108,29 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
     except ValueError as e:  # an invalid name or value (the message never holds the value)
         print(f"noetl: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+async def _credentials_as_principal(nc: Any, args: argparse.Namespace) -> int:
+    """``noetl credentials`` with ``NOETL_TOKEN``: through ``noetl.api.credentials.*``, so a
+    principal's NATS user needs no right on the keychain bucket, and a write names the principal."""
+    from noetl.cli.as_principal import call_service, refusal_exit
+
+    body: dict[str, Any] = {"name": getattr(args, "name", None)}
+    if args.action == "set":
+        try:
+            body["data"] = _credential_data(args)
+        except ValueError as e:
+            print(f"noetl: {e}", file=sys.stderr)
+            return 2
+        body |= {"kind": args.kind, "scope": {"paths": args.scope or ["*"], "inline": args.allow_inline},
+                 "allow_weak": bool(getattr(args, "allow_weak", False))}
+    out = await call_service(nc, f"noetl.api.credentials.{args.action}", body)
+    if (code := refusal_exit(out)) is not None:
+        return code
+    if args.action == "list":
+        for entry in out.get("credentials") or []:
+            print(f"{entry['name']}\t{entry.get('kind')}")
+    else:
+        _print_json(out)
     return 0

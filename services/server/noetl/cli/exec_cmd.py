@@ -99,9 +99,16 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 async def _catalog_as_principal(nc: Any, args: argparse.Namespace) -> int:
-    """``noetl catalog register|list`` with ``NOETL_TOKEN``: through the checked NATS service."""
-    from noetl.cli.as_principal import call_service, service_error
+    """``noetl catalog register|list|show`` with ``NOETL_TOKEN``: through the checked NATS service."""
+    from noetl.cli.as_principal import call_service, refusal_exit, service_error
 
+    if args.action == "show":
+        body = {"path": args.files[0], "version": args.version}
+        out = await call_service(nc, "noetl.api.catalog.show", body)
+        if (code := refusal_exit(out)) is not None:
+            return code
+        print(out.get("playbook"))
+        return 0
     if args.action == "list":
         for e in (await call_service(nc, "noetl.api.catalog.list", {})).get("playbooks") or []:
             print(json.dumps(e))
@@ -133,7 +140,7 @@ async def _catalog(args: argparse.Namespace) -> int:
     try:
         from noetl.cli.as_principal import principal_token
 
-        if principal_token() and args.action in ("register", "list"):
+        if principal_token():
             return await _catalog_as_principal(nc, args)
         js = nc.jetstream()
         await ensure_all(js)

@@ -102,9 +102,17 @@ async def _events(nc: Any, args: argparse.Namespace) -> int:
     _check_id(args.execution_id)
     seen = 0
     lines = EventLines()  # knows each task event's step and iteration from the events before it
-    async for ev in follow_events(NatsBus(nc), args.execution_id, follow=args.follow):
+    if principal_token():  # as a principal, through the checked NATS service
+        from noetl.cli.as_principal import events_of, refusal_exit
+
+        events = events_of(nc, args.execution_id, follow=args.follow)
+    else:
+        events = follow_events(NatsBus(nc), args.execution_id, follow=args.follow)
+    async for ev in events:
         if ev is None:
             continue
+        if (code := refusal_exit(ev) if "error" in ev and "name" not in ev else None) is not None:
+            return code
         seen += 1
         print(json.dumps(ev, default=str) if args.json else lines.line(ev), flush=True)
     if not seen:
@@ -118,7 +126,15 @@ async def _logs(nc: Any, args: argparse.Namespace) -> int:
     from noetl.server.api.queries import execution_logs
 
     _check_id(args.execution_id)
-    out = await execution_logs(nc.jetstream(), args.execution_id, args.step)
+    if principal_token():  # as a principal, through the checked NATS service
+        from noetl.cli.as_principal import refusal_exit
+
+        got = await call_service(nc, "noetl.api.logs", {"execution_id": args.execution_id, "step": args.step})
+        if (code := refusal_exit(got)) is not None:
+            return 2 if code == 1 else code  # an unknown execution: exit 2, as below
+        out = got.get("logs")
+    else:
+        out = await execution_logs(nc.jetstream(), args.execution_id, args.step)
     if out is None:
         return _no_such_execution(args.execution_id)
     if args.json:
@@ -147,7 +163,15 @@ def _outside_note(e: dict[str, Any]) -> str:
 async def _executions(nc: Any, args: argparse.Namespace) -> int:
     from noetl.server.api.queries import list_executions
 
-    out = await list_executions(nc.jetstream(), status=args.status, path=args.path, limit=args.limit)
+    if principal_token():  # as a principal: only the namespaces it may read, checked by the service
+        from noetl.cli.as_principal import refusal_exit
+
+        body = {"status": args.status, "path": args.path, "limit": args.limit}
+        out = await call_service(nc, "noetl.api.executions", body)
+        if (code := refusal_exit(out)) is not None:
+            return code
+    else:
+        out = await list_executions(nc.jetstream(), status=args.status, path=args.path, limit=args.limit)
     if args.json:
         _print_json(out)
         return 0
