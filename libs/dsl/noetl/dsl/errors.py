@@ -7,6 +7,7 @@ The same ``kind`` appears in task outcomes (``outcome.error.kind``), in events
     NoetlError                      kind
     ├── PlaybookInvalidError        playbook_invalid      (validation; carries every Problem)
     ├── TemplateError               template_error
+    │   └── TemplateLimitError      template_limit        (a render over budget, reported as template_error)
     ├── PolicyFailError             policy_fail
     ├── RetriesExhaustedError       retries_exhausted
     ├── TaskRunLimitError           task_run_limit
@@ -23,6 +24,7 @@ The same ``kind`` appears in task outcomes (``outcome.error.kind``), in events
     │   ├── ScriptNotAllowedError   script_not_allowed    (NOETL_ALLOW_SCRIPT=false on the worker)
     │   └── ChildExecutionError     child_failed
     ├── PayloadTooLargeError        payload_too_large     (a command or event over JetStream's limit)
+    │   └── BodyTooLargeError       body_too_large        (API: a request body over its limit, 413)
     ├── ResultStoreError            result_store_error
     ├── WorkerLostError             worker_lost
     ├── UnavailableError            unavailable           (API: NATS unreachable, try again)
@@ -38,7 +40,28 @@ The same ``kind`` appears in task outcomes (``outcome.error.kind``), in events
     ├── StepFailedError             step_failed           (a failed step that said nothing)
     ├── NoSuchEntityError           not_found             (API: no such execution, credential, playbook)
     ├── UnauthorizedError           unauthorized          (API: no valid token)
-    └── ForbiddenError              forbidden             (API: the token's role may not do this)
+    ├── ForbiddenError              forbidden             (API: the token's role may not do this)
+    ├── WireError                   wire_invalid          (a message that is not an event or command we read)
+    ├── ResultNotJsonError          result_not_json       (a task's value with no JSON form)
+    ├── NatsUnreachableError        nats_unreachable      (CLI: no NATS at the URL for these credentials)
+    ├── NatsUnsuitableError         nats_unsuitable       (CLI: a NATS too old, or without JetStream)
+    └── BusError                    bus_error             (the bus port's transport failures, below)
+        ├── BusUnavailableError     bus_unavailable       (not now: wait it out, same ids)
+        ├── NoStreamError           no_stream
+        ├── BusRefusedError         bus_refused           (never storable as it is)
+        ├── ReaderLostError         reader_lost
+        ├── KeyExistsError          key_exists
+        ├── RevisionMismatchError   revision_mismatch
+        └── PullRefusedError        pull_refused
+
+The bus family is the port's (``noetl.events.port``): the NATS adapter translates nats-py's errors
+into it, and the in-memory twin raises it as NATS would. A bus error inside a task is the task's
+failure like any other; outside one (storing a decision, acking, reading a credential) the caller
+waits it out (``noetl.events.retry``) rather than reporting it.
+
+One exception stands outside ``Exception`` on purpose: the python tool's ``TaskTimedOutError``
+(``BaseException``), raised into a task's thread at its time limit, so that the task's own
+``except Exception`` cannot swallow it, as ``asyncio.CancelledError`` is for a cancelled task.
 
 Third-party exceptions are translated into this tree only at the boundary (the tool kinds and the
 adapters), never deep inside the engine.
@@ -145,6 +168,13 @@ class CredentialScopeError(NoetlError):
     kind = "credential_out_of_scope"
 
 
+class TemplateLimitError(TemplateError):
+    """A template tried to build too much or to work too long: the renderer reports it as a
+    ``template_error`` naming the limit (``noetl.dsl.template_limits``)."""
+
+    kind = "template_limit"
+
+
 class ToolError(NoetlError):
     kind = "tool_error"
 
@@ -188,6 +218,12 @@ class ChildExecutionError(ToolError):
 
 class PayloadTooLargeError(NoetlError):
     kind = "payload_too_large"
+
+
+class BodyTooLargeError(PayloadTooLargeError, ValueError):
+    """An API request body over its limit, refused before it is all in memory (a 413)."""
+
+    kind = "body_too_large"
 
 
 class ResultStoreError(NoetlError):
@@ -303,6 +339,93 @@ class SignalNotAwaitedError(NoetlError):
     otherwise be queued silently and never taken."""
 
     kind = "signal_not_awaited"
+
+
+class WireError(NoetlError, ValueError):
+    """A message that is not an event or command this process can read: malformed JSON, a
+    missing or mistyped envelope field, or a ``schema_version`` newer than it knows (``newer``)."""
+
+    kind = "wire_invalid"
+
+    def __init__(self, message: str, *, newer: bool = False) -> None:
+        super().__init__(message)
+        self.newer = newer
+
+
+class ResultNotJsonError(NoetlError, TypeError):
+    """A value a task returned that has no JSON form; ``path`` says where it sits."""
+
+    kind = "result_not_json"
+
+    def __init__(self, path: str, value: Any) -> None:
+        super().__init__(f"{type(value).__name__} at {path}")
+        self.path = path
+
+
+class NatsUnreachableError(NoetlError):
+    """The CLI found no NATS at the URL, or not one that takes these credentials."""
+
+    kind = "nats_unreachable"
+
+
+class NatsUnsuitableError(NoetlError):
+    """The CLI reached a NATS it cannot work with (too old, or without JetStream)."""
+
+    kind = "nats_unsuitable"
+
+
+class BusError(NoetlError):
+    """A transport failure of the bus port, raised by its adapters (NATS, the in-memory twin)
+    in place of the client library's own errors."""
+
+    kind = "bus_error"
+
+
+class BusUnavailableError(BusError):
+    """Not now, not this request's fault: a time-out, no responder, a reconnecting connection,
+    a stream or cluster without a leader (an election takes seconds). The same request sent again
+    with the same ids succeeds once the bus is back, and a repeat of one that did land is dropped
+    by the duplicate window, so callers wait these out (``noetl.events.retry``)."""
+
+    kind = "bus_unavailable"
+    retryable = True
+
+
+class NoStreamError(BusError):
+    """No stream takes the subject: the publish can never succeed until one is declared."""
+
+    kind = "no_stream"
+
+
+class BusRefusedError(BusError):
+    """The message can never be stored as it is (over ``max_payload``, a subject or size the
+    stream refuses): retrying it only stalls whoever waits behind it."""
+
+    kind = "bus_refused"
+
+
+class ReaderLostError(BusError):
+    """A reader cannot go on without skipping a message: read again after the last one taken."""
+
+    kind = "reader_lost"
+
+
+class KeyExistsError(BusError):
+    """``create`` of a key that has a value."""
+
+    kind = "key_exists"
+
+
+class RevisionMismatchError(BusError):
+    """``update`` with a revision that is not the key's last one."""
+
+    kind = "revision_mismatch"
+
+
+class PullRefusedError(BusError):
+    """The server refused or cut off our pull requests (a 409 or 400 status): the caller backs off."""
+
+    kind = "pull_refused"
 
 
 def reply_error(err: NoetlError) -> dict[str, Any]:

@@ -44,12 +44,12 @@ from noetl.events.outbox import Outbox
 from noetl.events.port import (
     Bus,
     BusError,
+    BusRefusedError,
     Message,
     NoStreamError,
     PubAck,
     QueueConfig,
     ReaderLostError,
-    RefusedError,
     StreamConfig,
 )
 from noetl.events.puller import Puller
@@ -121,7 +121,7 @@ class NatsBus:
             raise NoStreamError(f"no stream takes subject {subject}") from e
         except Exception as e:
             if never_storable(e):
-                raise RefusedError(f"{subject}: {e}") from e
+                raise BusRefusedError(f"{subject}: {e}") from e
             raise
         return PubAck(ack.seq, duplicate=bool(ack.duplicate))
 

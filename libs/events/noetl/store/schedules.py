@@ -23,7 +23,7 @@ from croniter import croniter
 from noetl.dsl.errors import ForbiddenError, NoSuchEntityError, RequestInvalidError, reply_error
 from noetl.dsl.names import schedule_name_problem
 from noetl.events import subjects as s
-from noetl.events.port import Bus, KeyValue, RefusedError
+from noetl.events.port import Bus, BusRefusedError, KeyValue
 from noetl.store.principals import Principal, namespace_of
 
 if TYPE_CHECKING:  # the adapter's type; the adapter itself is imported where it is used
@@ -209,7 +209,7 @@ class ScheduleStore:
         }
         try:
             await self._define(sch)
-        except RefusedError as e:
+        except BusRefusedError as e:
             return reply_error(
                 RequestInvalidError(
                     f"NATS refused schedule {name!r} ({e}): cron and time zones need "

@@ -11,16 +11,17 @@ import logging
 import time
 from typing import Any
 
+from noetl.dsl.errors import DecisionUnstorableError
 from noetl.engine import ExecutionState, decide, is_input, new_state
 from noetl.engine.fold import replay
 from noetl.events import subjects as s
 from noetl.events import supervise
 from noetl.events.envelope import Event, WireError, decode_event, loads
-from noetl.events.port import BusError, Message, ReaderLostError, UnavailableError
+from noetl.events.port import BusError, BusUnavailableError, Message, ReaderLostError
 from noetl.events.retry import Backoff, describe, is_transient, retrying
 from noetl.server.lanes import SLOW_DECISION_S
 from noetl.server.parts import BATCH, READER_GRACE, REBUILD_PATIENCE
-from noetl.server.storing import DecisionStoring, Outputs, UnstorableError
+from noetl.server.storing import DecisionStoring, Outputs
 
 log = logging.getLogger("noetl.server")
 
@@ -165,7 +166,7 @@ class PartitionReading(DecisionStoring):
         armed = [t for g in groups.values() for t in g.timers]
         try:
             await self._until_stored(self._store(objects, events, commands, partition, last_seq, armed))
-        except UnstorableError:
+        except DecisionUnstorableError:
             await self._store_each(groups, partition, last_seq)
         self.lanes.release()
         if ended_loops:
@@ -237,7 +238,7 @@ class PartitionReading(DecisionStoring):
                 if reached is not None:
                     break
                 if loop.time() > deadline:
-                    raise UnavailableError(
+                    raise BusUnavailableError(
                         f"rebuilding {execution_id}: its input at sequence {before_seq} was not read back "
                         f"within {REBUILD_PATIENCE:g} s (a replica behind the stream); reading again"
                     )

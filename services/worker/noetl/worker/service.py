@@ -52,7 +52,7 @@ from noetl.events.histogram import Histogram
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
 from noetl.events.nats_port import Connection, as_bus
-from noetl.events.port import Bus, QueueConfig
+from noetl.events.port import Bus, BusError, QueueConfig
 from noetl.events.retry import is_transient, retrying
 from noetl.events.streams import replicated
 from noetl.host import logs
@@ -488,6 +488,8 @@ class Worker:
         step = playbook.step(cmd["step"])
         try:
             keychain, kinds = await self._keychain(playbook, cmd)
+        except BusError:
+            raise  # NATS unreachable: not the command's failure; it is delivered again
         except NoetlError as e:  # e.g. no key to decrypt the store: say so, do not retry forever
             await self._fail(cmd, e.to_dict(), playbook, step)
             return

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from noetl.dsl.errors import KeychainUnresolvedError, PostgresError, TimeoutError_, ToolError
+from noetl.dsl.errors import KeychainUnresolvedError, NoetlError, PostgresError, TimeoutError_, ToolError
 from noetl.worker.tools.base import ToolContext, error, ok, register, timeout_seconds
 from noetl.worker.tools.sqlsplit import split_statements
 from noetl.worker.tools.values import json_safe
@@ -133,7 +133,7 @@ def _services(ctx: ToolContext) -> PostgresServices:
     return found if isinstance(found, PostgresServices) else _default
 
 
-class _Refused(Exception):
+class _RefusedError(NoetlError):
     def __init__(self, outcome: dict[str, Any]) -> None:
         super().__init__(outcome["error"]["message"])
         self.outcome = outcome
@@ -143,17 +143,17 @@ def _settings(auth: Any, ctx: ToolContext) -> ConnectionSettings:
     if isinstance(auth, str) and auth:
         data = ctx.keychain.get(auth)
         if data is None:
-            raise _Refused(error(KeychainUnresolvedError(
+            raise _RefusedError(error(KeychainUnresolvedError(
                 f"keychain entry '{auth}' is not resolved for postgres auth", entry=auth), pg=NO_PG))
         where = f"keychain entry '{auth}'"
     elif isinstance(auth, Mapping):
         data, where = auth, "inline auth"
     else:
-        raise _Refused(error(ToolError(
+        raise _RefusedError(error(ToolError(
             "postgres task needs `auth`: a keychain entry name or a mapping with `dsn` or "
             "`host`, `port`, `user`, `password`, `database`"), pg=NO_PG))
     if not isinstance(data, Mapping) or not (data.get("dsn") or data.get("host") or data.get("db_host")):
-        raise _Refused(error(ToolError(f"{where}: postgres credentials need `dsn` or `host`"), pg=NO_PG))
+        raise _RefusedError(error(ToolError(f"{where}: postgres credentials need `dsn` or `host`"), pg=NO_PG))
     return ConnectionSettings(data)
 
 
@@ -229,7 +229,7 @@ def _coerce(value: Any, type_name: str, kind: str) -> Any:
 def coerce_params(params: list[Any], types: tuple[Any, ...]) -> list[Any]:
     """``params`` converted to the statement's parameter types (see the module docstring)."""
     if len(params) != len(types):
-        raise _Refused(error(PostgresError(
+        raise _RefusedError(error(PostgresError(
             f"the statement has {len(types)} parameter(s) ($1..${len(types)}) but {len(params)} "
             "were given", retryable=False), pg=NO_PG))
     out = []
@@ -237,7 +237,7 @@ def coerce_params(params: list[Any], types: tuple[Any, ...]) -> list[Any]:
         try:
             out.append(_coerce(value, t.name, t.kind))
         except (ValueError, TypeError, InvalidOperation, OverflowError):
-            raise _Refused(error(PostgresError(
+            raise _RefusedError(error(PostgresError(
                 f"parameter ${i}: cannot convert a {type(value).__name__} value to {t.name}",
                 retryable=False), pg=NO_PG)) from None
     return out
@@ -295,7 +295,7 @@ class PostgresTool:
             return error(ToolError("postgres `params` must be a list (for $1..$n)"), pg=NO_PG)
         try:
             settings = _settings(config.get("auth"), ctx)
-        except _Refused as exc:
+        except _RefusedError as exc:
             return exc.outcome
         connect, read = timeout_seconds(ctx.spec)
         connect = DEFAULT_CONNECT_TIMEOUT if connect is None else connect
@@ -316,7 +316,7 @@ class PostgresTool:
                 result = await _run_sql(conn, sql, list(params) if params else None)
         except TimeoutError:
             return error(TimeoutError_(f"postgres statement did not finish within {read:g} s"), pg=NO_PG)
-        except _Refused as exc:
+        except _RefusedError as exc:
             return exc.outcome
         except asyncpg.PostgresError as exc:
             return _pg_error(exc)
