@@ -85,6 +85,24 @@ async def connect(
     ``state``: filled in as it goes (``/health`` reads it).
     """
     urls = server_urls(url)
+    kw = _connect_options(name, opts)
+    limit = kw.pop("max_reconnect_attempts", -1)
+    state = state if state is not None else ConnectionState(redact_urls(urls))
+    state.url = redact_urls(urls)
+    state.secrets = secrets_of(urls, kw)
+    # a bounded connect belongs to a command that reports its own failure in one line
+    report = ConnectionLog(state, name, level=logging.WARNING if limit < 0 else logging.DEBUG)
+    kw.setdefault("error_cb", report.error_cb)
+    kw.setdefault("disconnected_cb", report.disconnected_cb)
+    kw.setdefault("reconnected_cb", report.reconnected_cb)
+    kw.setdefault("reconnect_time_wait", 0.2)  # between the two tries of a URL within one round
+    kw.setdefault("reconnect_to_server_handler", report.next_server)
+    return await _connect_rounds(urls, kw, limit, state, report)
+
+
+def _connect_options(name: str, opts: dict[str, Any]) -> dict[str, Any]:
+    """nats-py's connect options from the settings (credentials, TLS, inbox prefix); the
+    caller's ``opts`` win."""
     kw: dict[str, Any] = {"name": name, "connect_timeout": 5}
     from noetl.events.settings import setting
 
@@ -106,17 +124,13 @@ async def connect(
     if tls is not None:
         kw["tls"] = tls
     kw.update(opts)
-    limit = kw.pop("max_reconnect_attempts", -1)
-    state = state if state is not None else ConnectionState(redact_urls(urls))
-    state.url = redact_urls(urls)
-    state.secrets = secrets_of(urls, kw)
-    # a bounded connect belongs to a command that reports its own failure in one line
-    report = ConnectionLog(state, name, level=logging.WARNING if limit < 0 else logging.DEBUG)
-    kw.setdefault("error_cb", report.error_cb)
-    kw.setdefault("disconnected_cb", report.disconnected_cb)
-    kw.setdefault("reconnected_cb", report.reconnected_cb)
-    kw.setdefault("reconnect_time_wait", 0.2)  # between the two tries of a URL within one round
-    kw.setdefault("reconnect_to_server_handler", report.next_server)
+    return kw
+
+
+async def _connect_rounds(
+    urls: list[str], kw: dict[str, Any], limit: int, state: ConnectionState, report: ConnectionLog
+) -> NATS:
+    """Rounds of connect attempts until one succeeds (or, with ``limit`` >= 0, the first fails)."""
     attempt = 0
     while True:
         attempt += 1

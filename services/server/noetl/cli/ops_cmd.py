@@ -263,12 +263,12 @@ def client_parser(
 
 
 def add_parsers(sub: Any, nats_url_default: str) -> None:
-    """Every command's options, one after another. Longer than 60 lines on purpose: it is a table
-    (a command, its flags, their help), read and changed one entry at a time; split, one command's
-    flags would be looked for in several places."""
-    from noetl.cli.credentials_cmd import _credentials
+    """The operations commands: those on executions and workers, then `credentials`."""
+    _add_execution_parsers(sub, nats_url_default)
+    _add_credentials_parser(sub, nats_url_default)
 
 
+def _add_execution_parsers(sub: Any, nats_url_default: str) -> None:
     def parser(name: str, help_text: str, fn: Any) -> argparse.ArgumentParser:
         return client_parser(sub, name, help_text, fn, nats_url_default, timeout_help=" (not with --follow)")
 
@@ -306,7 +306,18 @@ def add_parsers(sub: Any, nats_url_default: str) -> None:
     p.add_argument("--all", action="store_true", help="servers too, not only workers")
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = parser("credentials", "set, list or delete keychain entries (NOETL_CREDENTIALS_KEY)", _credentials)
+
+def _add_credentials_parser(sub: Any, nats_url_default: str) -> None:
+    from noetl.cli.credentials_cmd import _credentials
+
+    p = client_parser(
+        sub,
+        "credentials",
+        "set, list or delete keychain entries (NOETL_CREDENTIALS_KEY)",
+        _credentials,
+        nats_url_default,
+        timeout_help=" (not with --follow)",
+    )
     action = action_parsers(p)
 
     a = action("set", "store a credential, encrypted")
