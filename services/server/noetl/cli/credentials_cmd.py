@@ -54,7 +54,6 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
     replace or delete a credential and leave no trace."""
     from noetl.cli.as_principal import principal_token
     from noetl.dsl.errors import KeychainUnresolvedError
-    from noetl.events.masking import weak_secrets
     from noetl.events.nats_port import NatsBus
     from noetl.store.audit import ensure_audit_stream, record_credential_access
     from noetl.store.credentials import CredentialStore
@@ -76,19 +75,7 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
                 return 2
             await ensure_audit_stream(bus)
         if args.action == "set":
-            data = _credential_data(args)
-            weak = weak_secrets(data, args.kind)
-            if weak and not getattr(args, "allow_weak", False):
-                print(f"noetl: credential {args.name!r} holds {'; '.join(weak)}: use a stronger secret "
-                      "(or --allow-weak)", file=sys.stderr)
-                return 2
-            scope = {"paths": args.scope or ["*"], "inline": args.allow_inline}
-            await record_credential_access(
-                bus, action="credential.put", credential=args.name, who=who or "anonymous",
-                outcome="stored", kind=args.kind, remote="cli",
-            )
-            await store.put(args.name, args.kind, data, scope)
-            _print_json({"name": args.name, "kind": args.kind, "scope": scope, "stored": True})
+            return await _set_here(bus, store, who, args)
         elif args.action == "list":
             for e in await store.list():
                 print(f"{e['name']}\t{e.get('kind')}")
@@ -108,6 +95,28 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
     except ValueError as e:  # an invalid name or value (the message never holds the value)
         print(f"noetl: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+async def _set_here(bus: Any, store: Any, who: str | None, args: argparse.Namespace) -> int:
+    """``noetl credentials set`` on the bucket itself: a weak secret refused, the write audited
+    under the connection's NATS identity before it happens."""
+    from noetl.events.masking import weak_secrets
+    from noetl.store.audit import record_credential_access
+
+    data = _credential_data(args)
+    weak = weak_secrets(data, args.kind)
+    if weak and not getattr(args, "allow_weak", False):
+        print(f"noetl: credential {args.name!r} holds {'; '.join(weak)}: use a stronger secret "
+              "(or --allow-weak)", file=sys.stderr)
+        return 2
+    scope = {"paths": args.scope or ["*"], "inline": args.allow_inline}
+    await record_credential_access(
+        bus, action="credential.put", credential=args.name, who=who or "anonymous",
+        outcome="stored", kind=args.kind, remote="cli",
+    )
+    await store.put(args.name, args.kind, data, scope)
+    _print_json({"name": args.name, "kind": args.kind, "scope": scope, "stored": True})
     return 0
 
 

@@ -72,21 +72,38 @@ def _int(value: Any, default: int) -> int:
 
 def endpoints(svc: Service, reply: Reply) -> list[tuple[str, str, Handler]]:
     """(name, subject, handler) of each read endpoint, for ``NatsApiService.start``."""
+    reads = _Reads(svc, reply)
+    return [
+        ("events", EVENTS_SUBJECT, reads.events),
+        ("logs", LOGS_SUBJECT, reads.logs),
+        ("executions", EXECUTIONS_SUBJECT, reads.executions),
+        ("catalog_show", CATALOG_SHOW_SUBJECT, reads.catalog_show),
+        *(
+            (f"credentials_{a}", CREDENTIALS_SUBJECT.format(action=a), _credentials(svc, reply, a))
+            for a in CREDENTIAL_ACTIONS
+        ),
+    ]
 
-    async def bad(req: Request, what: str) -> None:
-        await reply(req, reply_error(RequestInvalidError(what)), 400)
 
-    async def events(req: Request, principal: Principal) -> None:
+class _Reads:
+    def __init__(self, svc: Service, reply: Reply) -> None:
+        self.svc, self.reply = svc, reply
+
+    async def bad(self, req: Request, what: str) -> None:
+        await self.reply(req, reply_error(RequestInvalidError(what)), 400)
+
+    async def events(self, req: Request, principal: Principal) -> None:
         """``{execution_id, after?}``: the execution's events after stream position ``after``."""
         body = _body(req)
         eid = body.get("execution_id") if body else None
         if body is None or not isinstance(eid, str):
-            await bad(req, 'send {"execution_id": "...", "after": <seq, optional>}')
+            await self.bad(req, 'send {"execution_id": "...", "after": <seq, optional>}')
             return
-        if not await svc._guard(req, eid, principal, "read"):
+        if not await self.svc._guard(req, eid, principal, "read"):
             return
         after = _int(body.get("after"), 0)
-        msgs = await svc.bus.read(s.EVENTS_STREAM, [s.execution_events_filter(eid)], start_seq=after + 1)
+        bus = self.svc.bus
+        msgs = await bus.read(s.EVENTS_STREAM, [s.execution_events_filter(eid)], start_seq=after + 1)
         page: list[dict[str, Any]] = []
         size, last, more = 0, after, False
         for m in msgs:
@@ -96,75 +113,64 @@ def endpoints(svc: Service, reply: Reply) -> list[tuple[str, str, Handler]]:
                 last = m.seq  # not an event: skipped, as every reader skips it
                 continue
             if "payload_ref" in (ev.get("payload") or {}):
-                ev = await expand(svc.bus, dict(ev))
+                ev = await expand(bus, dict(ev))
             size += len(json.dumps(ev, default=str))
             if page and size > PAGE_BYTES:
                 more = True
                 break
             page.append(ev)
             last = m.seq
-        await reply(req, {"events": page, "last": last, "more": more}, 200)
+        await self.reply(req, {"events": page, "last": last, "more": more}, 200)
 
-    async def logs(req: Request, principal: Principal) -> None:
+    async def logs(self, req: Request, principal: Principal) -> None:
         """``{execution_id, step?}``: what each task run printed or logged."""
         body = _body(req)
         eid = body.get("execution_id") if body else None
         step = body.get("step") if body else None
         if body is None or not isinstance(eid, str) or not (step is None or isinstance(step, str)):
-            await bad(req, 'send {"execution_id": "...", "step": "<optional>"}')
+            await self.bad(req, 'send {"execution_id": "...", "step": "<optional>"}')
             return
-        if not await svc._guard(req, eid, principal, "read"):
+        if not await self.svc._guard(req, eid, principal, "read"):
             return
-        out = await execution_logs(svc.bus, eid, step)
+        out = await execution_logs(self.svc.bus, eid, step)
         if out is None:
-            await reply(req, reply_error(NoSuchEntityError(f"no execution {eid}")), 404)
+            await self.reply(req, reply_error(NoSuchEntityError(f"no execution {eid}")), 404)
             return
-        await reply(req, {"logs": out}, 200)
+        await self.reply(req, {"logs": out}, 200)
 
-    async def executions(req: Request, principal: Principal) -> None:
+    async def executions(self, req: Request, principal: Principal) -> None:
         """``{status?, path?, limit?, before?}``: the executions of namespaces the caller may read."""
         body = _body(req)
         if body is None:
-            await bad(req, "send a JSON object")
+            await self.bad(req, "send a JSON object")
             return
-        status, path = body.get("status"), body.get("path")
+        status, path, before = body.get("status"), body.get("path"), body.get("before")
         if not all(v is None or isinstance(v, str) for v in (status, path)):
-            await bad(req, "`status` and `path` are strings")
+            await self.bad(req, "`status` and `path` are strings")
             return
-        before = body.get("before")
         out = await list_executions(
-            svc.bus, status=status, path=path, limit=_int(body.get("limit"), 100),
+            self.svc.bus, status=status, path=path, limit=_int(body.get("limit"), 100),
             before=before if isinstance(before, int) else None,
             visible=lambda namespace: principal.may("read", namespace),
         )
-        await reply(req, out, 200)
+        await self.reply(req, out, 200)
 
-    async def catalog_show(req: Request, principal: Principal) -> None:
+    async def catalog_show(self, req: Request, principal: Principal) -> None:
         """``{path, version?}``: a registered playbook's text, for a reader of its namespace."""
         body = _body(req)
         path = body.get("path") if body else None
         version = body.get("version") if body else None
         if not isinstance(path, str) or not (version is None or isinstance(version, str)):
-            await bad(req, 'send {"path": "...", "version": "<optional>"}')
+            await self.bad(req, 'send {"path": "...", "version": "<optional>"}')
             return
+        catalog = self.svc.catalog
         visible = principal.may("read", namespace_of(path))
-        text = await svc.catalog.get(path, version) if visible and svc.catalog is not None else None
+        text = await catalog.get(path, version) if visible and catalog is not None else None
         if text is None:  # another namespace's is as absent as a missing one
             which = f"{path!r}{' version ' + version if version else ''}"
-            await reply(req, reply_error(NoSuchEntityError(f"no playbook {which}")), 404)
+            await self.reply(req, reply_error(NoSuchEntityError(f"no playbook {which}")), 404)
             return
-        await reply(req, {"path": path, "version": version, "playbook": text}, 200)
-
-    return [
-        ("events", EVENTS_SUBJECT, events),
-        ("logs", LOGS_SUBJECT, logs),
-        ("executions", EXECUTIONS_SUBJECT, executions),
-        ("catalog_show", CATALOG_SHOW_SUBJECT, catalog_show),
-        *(
-            (f"credentials_{a}", CREDENTIALS_SUBJECT.format(action=a), _credentials(svc, reply, a))
-            for a in CREDENTIAL_ACTIONS
-        ),
-    ]
+        await self.reply(req, {"path": path, "version": version, "playbook": text}, 200)
 
 
 def _credentials(svc: Service, reply: Reply, action: str) -> Handler:
