@@ -17,7 +17,6 @@ from noetl.events import vocabulary
 # a running execution with no event for this long, waiting for nothing, is reported as stalled
 DEFAULT_STALL_AFTER_S = 120.0
 
-
 def _age(timestamp: Any, now: datetime) -> float | None:
     try:
         return (now - datetime.fromisoformat(str(timestamp))).total_seconds()
@@ -49,11 +48,8 @@ def assess(
     out: dict[str, Any] = {"state": "stalled", "idle_s": round(idle, 1), "last_event": name}
     payload = last.get("payload")
     worker = payload.get("worker") if isinstance(payload, Mapping) else None
-    if (
-        step_pool is not None
-        and live_pools is not None
-        and step_pool not in live_pools
-        and (name in ("step.scheduled", "loop.started", "step.started") or name.startswith("loop."))
+    if step_pool is not None and live_pools is not None and step_pool not in live_pools and (
+        name in ("step.scheduled", "loop.started", "step.started") or name.startswith("loop.")
     ):
         out["state"] = "queued"
         out["reason"] = (
