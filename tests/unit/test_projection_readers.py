@@ -140,3 +140,13 @@ def test_a_refused_request_is_still_a_child_of_its_parent() -> None:
     assert fold("e1", [end]).parent_execution_id == "p1"
     requested = _ev("playbook.execution.requested", "p", None, 0, parent_execution_id="p0", payload={})
     assert fold("e1", [requested, end]).parent_execution_id == "p0"
+
+
+def test_a_step_event_the_view_skips_still_makes_its_run_known_to_the_terminal() -> None:
+    """``step.cancelled`` has no handler in the fold; `noetl run`'s status line still shows the
+    run from then on, as it did before it read the projection."""
+    activity = read_activity("e1", [_ev("step.cancelled", "next", "r9", 0)])
+    assert list(activity.runs) == ["r9"] and activity.runs["r9"].status == "running"
+    assert activity.step_of({"step_run_id": "r9"}) == "next"
+    assert activity.feed(_ev("task.done", "t", "elsewhere", 1)) is None  # a task names no step
+    assert fold("e1", [_ev("step.cancelled", "next", "r9", 0)]).runs == []  # the console's view

@@ -42,7 +42,8 @@ class Activity:
         if ev.get("name") == "workflow.finished":
             self.finished = raw if isinstance(raw := ev.get("payload"), dict) else {}
             return None
-        if run is not None and ev.get("entity_type") in _NAMING:
+        if ev.get("entity_type") in _NAMING and isinstance(ev.get("step_run_id"), str):
+            run = self.projection.run(ev)  # known from now on, even by an event the view skips
             self._named.add(run.run_id)
         return run if run is not None and run.run_id in self._named else None
 
