@@ -78,6 +78,7 @@ def test_rows_left_running_stop_when_the_execution_finishes_once_settled() -> No
     row = view.runs[0].loop.rows[2] if view.runs[0].loop else None
     assert row is not None and (row.status, row.ended, row.duration_ms) == ("stopped", end["timestamp"], None)
     assert view.runs[0].status == "stopped"
+    assert view.runs[0].loop is not None and view.runs[0].loop.running == set()
     page = iteration_page(loop_runs([*_loop(), end])["r1"], status="stopped")
     assert [r["index"] for r in page["iterations"]] == [2, 3]
 

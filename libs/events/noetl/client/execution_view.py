@@ -80,11 +80,9 @@ class LoopProgress:
     final: tuple[int, int] | None = None  # (done, failed) as the server counted them at the end
     announced: bool = False  # loop.started seen, not only iterations or counts of a run
     rows: dict[int, Iteration] = field(default_factory=dict)
-
-    @property
-    def running(self) -> set[int]:
-        """Iterations a worker started that have not ended (still so after the run ended)."""
-        return {i for i, row in self.rows.items() if row.status == "running"}
+    # the rows still ``running``, kept as they change: a status line redrawn ten times a second
+    # must not scan a million rows
+    running: set[int] = field(default_factory=set)
 
     def ended_counts(self) -> tuple[int, int]:
         """(done, failed) as the server counts them (a stopped iteration is a failed one): the

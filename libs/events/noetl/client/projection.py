@@ -90,15 +90,20 @@ class Projection:
             for run in view.runs:
                 if run.status in OPEN:
                     run.status, run.ended = "stopped", view.finished_at
-                for row in run.loop.rows.values() if run.loop is not None else ():
-                    if row.status == "running":
-                        row.status, row.ended = "stopped", view.finished_at
+                if run.loop is not None:
+                    _stop_iterations(run.loop, view.finished_at)
         view.waiting = [
             Wait(str(w["step"]), str(w["step_run_id"]), str(w["signal"]), w.get("since"), w.get("timeout_s"))
             for w in self.waits.values()
             if w.get("step") and w.get("signal")
         ]
         return view
+
+
+def _stop_iterations(loop: LoopProgress, at: str) -> None:
+    for index in loop.running:
+        loop.rows[index].status, loop.rows[index].ended = "stopped", at
+    loop.running.clear()
 
 
 Payload = dict[str, Any]
@@ -175,6 +180,7 @@ def _iteration(f: Projection, ev: Mapping[str, Any], payload: Payload) -> None:
     if not isinstance(index, int):
         return
     row = run.loop.rows.setdefault(index, Iteration(index, started=ev.get("timestamp")))
+    run.loop.running.discard(index)
     row.ended = ev.get("timestamp")
     row.worker = payload.get("worker") or row.worker
     if ev.get("name") == "loop.iteration.done":
@@ -217,6 +223,8 @@ def _task_started(f: Projection, ev: Mapping[str, Any], payload: Payload) -> Non
     if run.loop is not None and task.index is not None:
         row = run.loop.rows.setdefault(task.index, Iteration(task.index, started=task.started))
         row.tasks += 1
+        if row.status == "running":
+            run.loop.running.add(task.index)
         if isinstance(task.attempt, int):
             row.attempts = max(row.attempts, task.attempt)
 
