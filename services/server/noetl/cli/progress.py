@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from noetl.cli.lines import error_text, output_lines, where
 from noetl.client.activity import Activity, StepRun
+from noetl.client.execution_view import OPEN
 from noetl.events.vocabulary import EventName
 
 log = logging.getLogger("noetl.cli")
@@ -56,7 +57,8 @@ def _elapsed(seconds: float) -> str:
 
 class Progress:
     """Draws an execution's events on ``stream``. ``live``: the status line, step lines and
-    colours (a terminal); otherwise only task output lines. Feed it events in log order."""
+    colours (a terminal); otherwise only task output lines. Feed it events in log order: the
+    status line renders the read-side projection they build (``noetl.client.activity``)."""
 
     def __init__(
         self,
@@ -132,7 +134,7 @@ class Progress:
     def waiting_line(self, ev: dict[str, Any]) -> str:
         """What a step waits for and the command that sends it (issue 31): without it a run of an
         approval showed only a step that never ended."""
-        p = (_d if isinstance(_d := ev.get("payload"), dict) else {})
+        p = _d if isinstance(_d := ev.get("payload"), dict) else {}
         sig = str(p.get("signal") or "?")
         limit = f" (signal_timeout after {p['timeout_s']} s)" if p.get("timeout_s") else ""
         url = f" --nats-url {self.nats_url}" if self.nats_url else ""
@@ -145,9 +147,10 @@ class Progress:
     def _ended(self, run: StepRun) -> None:
         took = _elapsed(self.clock() - self._started.get(run.run_id, self._t0)).strip()
         counts = ""
-        if run.loop is not None:
-            lp = run.loop
-            counts = f"  {lp.done} done" + (f", {lp.failed} failed" if lp.failed else "") + f" of {lp.total}"
+        if run.announced_loop is not None:
+            done, failed = run.announced_loop.ended_counts()
+            total = run.announced_loop.total
+            counts = f"  {done} done" + (f", {failed} failed" if failed else "") + f" of {total}"
         if run.status == "failed":
             err = error_text(run.error)
             tail = f"  {err}" if err else ""
@@ -160,24 +163,25 @@ class Progress:
         parts: list[str] = []
         bar_drawn = False
         for run in self.activity.runs.values():
-            if run.status != "running":
+            if run.status not in OPEN:  # a step waiting for its signal is on the line too
                 continue
-            lp = run.loop
+            lp = run.announced_loop
             if lp is None:
                 parts.append(run.step)
                 continue
-            finished = lp.done + lp.failed
+            done, failed = lp.ended_counts()
+            total = lp.total if isinstance(lp.total, int) else None
             text = run.step
-            if lp.total is not None:
-                if not bar_drawn and lp.total >= BAR_MIN_TOTAL:
-                    filled = BAR_WIDTH * finished // max(lp.total, 1)
+            if total is not None:
+                if not bar_drawn and total >= BAR_MIN_TOTAL:
+                    filled = BAR_WIDTH * (done + failed) // max(total, 1)
                     text += " " + self._full * filled + self._empty * (BAR_WIDTH - filled)
                     bar_drawn = True
-                text += f" {finished}/{lp.total}"
-            if lp.failed:
-                text += f" ({lp.failed} failed)"
-            if lp.running:
-                text += f" {len(lp.running)} running"
+                text += f" {done + failed}/{total}"
+            if failed:
+                text += f" ({failed} failed)"
+            if run.in_flight:
+                text += f" {run.in_flight} running"
             parts.append(text)
         line = f"{_elapsed(self.clock() - self._t0)}  " + ("  |  ".join(parts) if parts else "waiting")
         width = self.width or shutil.get_terminal_size((80, 24)).columns

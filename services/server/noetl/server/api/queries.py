@@ -16,9 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from noetl.client.activity import loop_counters, task_outputs
+from noetl.client.activity import read_activity, task_outputs
+from noetl.client.projection import waits_of
 from noetl.client.stalls import assess
-from noetl.client.view import execution_output, waiting_for
+from noetl.client.view import output_of, waiting_for
 from noetl.dsl.cache import parse_playbook
 from noetl.dsl.errors import RequestInvalidError, brief, reply_error
 from noetl.events import subjects as s
@@ -33,6 +34,8 @@ FINISHED_FILTER = s.events_named("workflow.finished")
 # the events after which a running execution may wait for something outside it (SEMANTICS §17)
 OUTSIDE_FILTERS = [s.events_named("step.waiting"), s.events_named("execution.paused")]
 MAX_LIMIT = 1000
+# what ``execution_status`` adds of the projection's view to the SEMANTICS §15 output
+_VIEW_FIELDS = ("path", "version", "requested_at", "finished_at", "parent_execution_id", "schedule", "events")
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
@@ -64,9 +67,7 @@ def _summary_of(requested: Mapping[str, Any] | None, finished: Mapping[str, Any]
         "namespace": namespace_of_request(req),
         "principal": (req.get("principal") or {}).get("name"),  # who asked for it, when known
         # the execution a rerun forked (issue 31)
-        "rerun_of": (req.get("fork") or {}).get("from_execution_id")
-        if isinstance(req.get("fork"), dict)
-        else None,
+        "rerun_of": fork.get("from_execution_id") if isinstance(fork := req.get("fork"), dict) else None,
         "error": brief(error),
     }
 
@@ -209,17 +210,12 @@ async def execution_status(conn: Connection, execution_id: str) -> dict[str, Any
     events = await read_execution_events(conn, execution_id)
     if not events:
         return None
-    out = execution_output(execution_id, events)
-    del out["events"]
-    requested = next((e for e in events if e.get("name") == "playbook.execution.requested"), None)
-    finished = next((e for e in events if e.get("name") == "workflow.finished"), None)
-    summary = _summary_of(requested, finished)
-    for key in ("path", "version", "requested_at", "finished_at", "parent_execution_id", "schedule"):
-        out[key] = summary[key]
-    out["events"] = len(events)
-    waits = waiting_for(events)  # SEMANTICS §17: the signals it waits for, and a pause
-    out["waiting"], out["paused"] = waits["signals"], waits["paused"]
-    out["loops"] = loop_counters(events)  # per loop step: total, done, failed, in flight of each run
+    activity = read_activity(execution_id, events)  # one fold: every part below renders it
+    view, waits = activity.projection.view, waits_of(activity.projection)
+    out = output_of(view)
+    out.update({key: getattr(view, key) for key in _VIEW_FIELDS})
+    out["waiting"], out["paused"] = waits["signals"], waits["paused"]  # SEMANTICS §17
+    out["loops"] = activity.loops()  # per loop step: total, done, failed, in flight of each run
     out["stalled"] = await stall_of(conn, events, waiting=bool(out["waiting"]), paused=out["paused"])
     return out
 
