@@ -18,8 +18,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-
 from noetl.dsl.errors import ForbiddenError, NoSuchEntityError, RequestInvalidError, reply_error
 from noetl.dsl.names import schedule_name_problem
 from noetl.events import subjects as s
@@ -44,6 +42,8 @@ def cron_problem(expr: object) -> str | None:
             f"cron {expr!r}: give 5 fields (minute hour day-of-month month day-of-week, e.g. '0 9 * * 1-5') "
             "or 6 with seconds first (e.g. '*/10 * * * * *')"
         )
+    from croniter import croniter  # ~10 ms: imported by the processes that handle a schedule
+
     if not croniter.is_valid(nats_cron(expr), second_at_beginning=True):
         return (
             f"cron {expr!r} is not a valid cron expression (see `man 5 crontab`; 6 fields put seconds first)"
@@ -71,6 +71,8 @@ def timezone_problem(name: object) -> str | None:
 
 
 def next_fire(schedule: dict[str, Any], after: datetime | None = None) -> datetime:
+    from croniter import croniter
+
     tz = zone(schedule.get("timezone")) or UTC
     start = (after or datetime.now(UTC)).astimezone(tz)
     it = croniter(nats_cron(schedule["cron"]), start, second_at_beginning=True)
@@ -81,6 +83,8 @@ def fire_time(schedule: dict[str, Any], next_header: str | None, stamped: dateti
     """The due time a fire stands for: the one before the next fire NATS names in its
     ``Nats-Schedule-Next`` header, else the fire's own stamp to the second. The same for every
     replica that handles it, so the request id derived from it is too."""
+    from croniter import croniter
+
     tz = zone(schedule.get("timezone")) or UTC
     expr = nats_cron(schedule["cron"])
     if next_header:

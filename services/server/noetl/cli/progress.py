@@ -216,7 +216,9 @@ async def _follow(nc: Any, execution_id: str, progress: Progress, finished: asyn
     """Feed ``progress`` the execution's events until ``playbook.processed``, or until the run is
     over and nothing is left. Not live, output is all it shows: then only ``task.done`` and the
     ``step.scheduled`` that name its step are read (a loop of a million iterations would
-    otherwise cost this process, the worker's own in ``noetl run``, two more events each)."""
+    otherwise cost this process, the worker's own in ``noetl run``, two more events each), and
+    ``playbook.processed``, once per execution: without it the end was only known from an empty
+    read, which made every run wait one more ``interval`` (100 ms) after its result was in."""
     from noetl.events import subjects as s
     from noetl.events.envelope import loads
     from noetl.events.nats_port import as_bus
@@ -227,7 +229,8 @@ async def _follow(nc: Any, execution_id: str, progress: Progress, finished: asyn
         [s.execution_events_filter(execution_id)]
         if progress.live
         else [
-            s.execution_event_filter(execution_id, n) for n in ("step.scheduled", "task.done", "step.waiting")
+            s.execution_event_filter(execution_id, n)
+            for n in ("step.scheduled", "task.done", "step.waiting", "playbook.processed")
         ]
     )
     reader = await bus.reader(s.EVENTS_STREAM, subjects)
