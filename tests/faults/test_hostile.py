@@ -17,6 +17,7 @@ from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
 from noetl.events.bus import connect
 from noetl.events.envelope import dumps, make_event
+from noetl.events.nats_port import NatsBus
 from noetl.events.streams import ensure_all
 from noetl.host.natsserver import NatsServer
 from noetl.server.service import Server
@@ -36,7 +37,7 @@ workflow:
 async def system(fresh_nats: NatsServer) -> AsyncIterator[Any]:
     nc = await connect(fresh_nats.url, name="hostile")
     await ensure_all(nc.jetstream())
-    server, worker = Server(nc), Worker(nc, concurrency=64)
+    server, worker = Server(NatsBus(nc)), Worker(NatsBus(nc), concurrency=64)
     await server.start()
     await worker.start()
     try:
@@ -48,7 +49,9 @@ async def system(fresh_nats: NatsServer) -> AsyncIterator[Any]:
 
 
 async def run(nc: Any, playbook: str = GOOD, **extra: Any) -> dict[str, Any]:
-    return await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": playbook, **extra}, timeout=60)
+    return await run_and_wait(
+        NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": playbook, **extra}, timeout=60
+    )
 
 
 async def still_works(nc: Any) -> None:

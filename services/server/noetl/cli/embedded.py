@@ -25,6 +25,8 @@ from typing import Any
 from noetl.cli.pools import PoolWatch, playbook_pools
 from noetl.events.bus import connect
 from noetl.events.connection import check_server
+from noetl.events.nats_port import NatsBus
+from noetl.events.port import Bus
 from noetl.events.streams import ensure_all
 from noetl.host.natsserver import NatsServer
 from noetl.store.catalog import Catalog
@@ -91,7 +93,7 @@ async def until_stopped() -> None:
             signal.signal(signum, previous)
 
 
-async def start_console(nc: Any, server: Any, worker: Any, credentials: Any) -> tuple[list[Any], str, str]:
+async def start_console(bus: Bus, server: Any, worker: Any, credentials: Any) -> tuple[list[Any], str, str]:
     """The HTTP API and console on 127.0.0.1, a free port, and a token no one else knows: other
     users of a shared machine can reach a loopback port too. Returns (parts to stop, base URL,
     token)."""
@@ -114,10 +116,10 @@ async def start_console(nc: Any, server: Any, worker: Any, credentials: Any) -> 
     parts: list[Any] = [api]
     try:
         server.observer = api.collector.observe
-        registrar = RuntimeRegistrar(nc, "server", lambda: {"running": len(server.states), "http": api.url})
+        registrar = RuntimeRegistrar(bus, "server", lambda: {"running": len(server.states), "http": api.url})
         await registrar.start()
         parts.append(registrar)
-        parts.append(await start_operations(nc, "worker", worker))
+        parts.append(await start_operations(bus, "worker", worker))
     except BaseException:
         for part in reversed(parts):
             with contextlib.suppress(Exception):
@@ -176,9 +178,9 @@ async def run_embedded(
         nc = await connect(ns.url, name="noetl-run")
         # a nats-server found on PATH (Debian's is 2.9) would run playbooks whose timers never fire
         await check_server(nc, "run")
-        js = nc.jetstream()
-        await ensure_all(js)
-        creds = await CredentialStore.open(js, generate_key())
+        await ensure_all(nc.jetstream())
+        bus = NatsBus(nc)  # the one adapter every part of this run shares
+        creds = await CredentialStore.open(bus, generate_key())
         if credentials_file:
             for name, entry in load_credentials_file(credentials_file, _declared_kinds(text, file)).items():
                 # a private run of the user's own file: its playbook is inline, and may use them
@@ -187,11 +189,11 @@ async def run_embedded(
                     # a private run still works, but the masking of such a value hides data, not a secret
                     print(f"noetl: warning: credential {name!r} holds {'; '.join(weak)}", file=sys.stderr)
                 await creds.put(name, entry.get("kind", "secret"), entry.get("data") or {}, scope)
-        catalog = await Catalog.open(js)
+        catalog = await Catalog.open(bus)
         if catalog_dir:
             await register_catalog_dir(catalog, catalog_dir)
-        server = Server(nc, credentials=creds, leases=False)  # the only server of a private NATS
-        worker = Worker(nc, credentials=creds, concurrency=32)
+        server = Server(bus, credentials=creds, leases=False)  # the only server of a private NATS
+        worker = Worker(bus, credentials=creds, concurrency=32)
         await server.start()
         await worker.start()
         # a worker for every other pool the playbook and its visible children name, and one for a
@@ -205,28 +207,28 @@ async def run_embedded(
                 + (f" ({', '.join(named[:3])})" if named else " (a command was sent to it)"),
                 file=sys.stderr,
             )
-            extra = Worker(nc, credentials=creds, pool=pool, concurrency=8)
+            extra = Worker(bus, credentials=creds, pool=pool, concurrency=8)
             await extra.start()
             pool_workers.append(extra)
 
         for pool in sorted(pools):
             if pool != worker.pool:
                 await start_pool(pool)
-        watch = PoolWatch(nc, {worker.pool, *pools}, start_pool)
+        watch = PoolWatch(bus, {worker.pool, *pools}, start_pool)
         await watch.start()
         pool_workers.append(watch)
         request = await _request(catalog, text, file, payload)
         if progress is not None:  # a waiting step's line says how to reach this NATS to signal it
             progress.nats_url = ns.url
         if not ui:
-            return await run_with_progress(nc, request, timeout, progress)
-        console, base, token = await start_console(nc, server, worker, creds)
+            return await run_with_progress(bus, request, timeout, progress)
+        console, base, token = await start_console(bus, server, worker, creds)
         link = f"{base}/ui/login?token={token}&next=/ui/executions/{execution_id_for(request['request_id'])}"
         # the token is this run's own, made a moment ago: printing it is how the person gets in
         print(f"noetl: console at {link}", file=sys.stderr)
         if _has_display():
             threading.Thread(target=webbrowser.open, args=(link,), daemon=True).start()
-        out = await run_with_progress(nc, request, timeout, progress)
+        out = await run_with_progress(bus, request, timeout, progress)
         print(
             f"noetl: execution {out['execution_id']} {out['status']}; the console stays up at {base}/ui "
             "until Ctrl-C",

@@ -31,7 +31,7 @@ def describe(out: dict[str, Any]) -> list[str]:
 async def _rerun(nc: Any, args: argparse.Namespace) -> int:
     from noetl.client.run import submit
     from noetl.dsl.validate import read_text
-    from noetl.events.nats_port import as_bus
+    from noetl.events.nats_port import NatsBus
     from noetl.server.rerun import prepare_rerun
     from noetl.store.catalog import Catalog
 
@@ -63,7 +63,7 @@ async def _rerun(nc: Any, args: argparse.Namespace) -> int:
             print(f"noetl: {refused.get('message')} ({refused.get('kind')})", file=sys.stderr)
             return 2
     else:
-        bus = as_bus(nc.jetstream())
+        bus = NatsBus(nc)
         catalog = await Catalog.open(bus)
         got = await prepare_rerun(
             bus,

@@ -12,7 +12,7 @@ import contextlib
 import logging
 from typing import Any
 
-from noetl.events.nats_port import as_bus
+from noetl.events.port import Bus
 from noetl.events.runtime import DEFAULT_INTERVAL, DEFAULT_TTL, RuntimeRegistrar
 from noetl.server.api.micro import NatsApiService
 from noetl.server.api.server import ApiServer, api_tokens
@@ -55,7 +55,7 @@ def _worker_info(svc: Any) -> dict[str, Any]:
 
 
 async def start_operations(
-    conn: Any,
+    bus: Bus,
     role: str,
     svc: Any,
     *,
@@ -68,10 +68,8 @@ async def start_operations(
     listener: Any = None,
 ) -> Operations:
     """Start the parts for ``role`` around an already started ``svc``; ``http_port < 0`` turns HTTP off.
-    ``conn``: the bus port, or a nats-py connection or JetStream context (``as_bus``);
     ``listener``: the ``HttpListener`` that has served the probes since start-up (the API takes
     its port over)."""
-    bus = as_bus(conn)
     nc = getattr(bus, "nc", None)  # the in-memory twin has none: no NATS service then
     ops = Operations()
     try:
