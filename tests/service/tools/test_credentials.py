@@ -36,7 +36,7 @@ async def js(request: pytest.FixtureRequest, own_nats_url: str) -> AsyncIterator
 
     nc = await nats.connect(own_nats_url, name="noetl-test-credentials")
     try:
-        yield nc.jetstream()
+        yield NatsBus(nc)
     finally:
         await nc.close()
 
@@ -48,7 +48,7 @@ def no_key_env(monkeypatch) -> None:
 
 
 async def test_put_get_list_delete(js) -> None:
-    store = await CredentialStore.open(NatsBus.of(js), generate_key())
+    store = await CredentialStore.open(js, generate_key())
     await store.put("pg_main", "postgres_credential", {"dsn": "postgresql://u:pw-s3cret@h/db"})
     await store.put("api", "secret", {"value": "tok-xyz"})
     assert await store.get("pg_main") == {
@@ -82,27 +82,27 @@ async def test_values_are_encrypted_at_rest_with_no_history_left_by_delete(nats_
 
 async def test_open_twice_reuses_the_bucket(js) -> None:
     key = generate_key()
-    first = await CredentialStore.open(NatsBus.of(js), key)
+    first = await CredentialStore.open(js, key)
     await first.put("a", "secret", {"value": "v-1234"})
-    second = await CredentialStore.open(NatsBus.of(js), key)
+    second = await CredentialStore.open(js, key)
     assert (await second.get("a"))["data"] == {"value": "v-1234"}
 
 
 async def test_wrong_key_is_a_clear_error(js) -> None:
-    await (await CredentialStore.open(NatsBus.of(js), generate_key())).put(
+    await (await CredentialStore.open(js, generate_key())).put(
         "pg_main", "secret", {"value": "v-1234"}
     )
-    other = await CredentialStore.open(NatsBus.of(js), generate_key())
+    other = await CredentialStore.open(js, generate_key())
     with pytest.raises(KeychainUnresolvedError, match=r"'pg_main'.*NOETL_CREDENTIALS_KEY") as info:
         await other.get("pg_main")
     assert "v-1234" not in str(info.value)
 
 
 async def test_without_key_names_and_kinds_still_work(js) -> None:
-    await (await CredentialStore.open(NatsBus.of(js), generate_key())).put(
+    await (await CredentialStore.open(js, generate_key())).put(
         "api", "secret", {"value": "v-1234"}
     )
-    keyless = await CredentialStore.open(NatsBus.of(js), None)
+    keyless = await CredentialStore.open(js, None)
     assert not keyless.can_decrypt
     assert await keyless.exists("api")
     assert await keyless.list() == [{"name": "api", "kind": "secret"}]
@@ -115,22 +115,22 @@ async def test_without_key_names_and_kinds_still_work(js) -> None:
 async def test_key_from_env_file_and_rotation(js, monkeypatch, tmp_path) -> None:
     old, new = generate_key(), generate_key()
     monkeypatch.setenv(KEY_ENV, old)
-    await (await CredentialStore.open(NatsBus.of(js))).put("api", "secret", {"value": "v-1234"})
+    await (await CredentialStore.open(js)).put("api", "secret", {"value": "v-1234"})
     monkeypatch.delenv(KEY_ENV)
     key_file = tmp_path / "key"
     key_file.write_text(f"{new},{old}\n")
     monkeypatch.setenv(KEY_FILE_ENV, str(key_file))
-    rotated = await CredentialStore.open(NatsBus.of(js))
+    rotated = await CredentialStore.open(js)
     assert (await rotated.get("api"))["data"] == {"value": "v-1234"}
 
 
 async def test_invalid_key(js) -> None:
     with pytest.raises(KeychainUnresolvedError, match="not a valid Fernet key"):
-        await CredentialStore.open(NatsBus.of(js), "short")
+        await CredentialStore.open(js, "short")
 
 
 async def test_ciphertext_under_another_name_is_refused(js) -> None:
-    store = await CredentialStore.open(NatsBus.of(js), generate_key())
+    store = await CredentialStore.open(js, generate_key())
     await store.put("real", "secret", {"value": "v-1234"})
     kv = store.kv  # the bucket through the port, on either bus
     await kv.put("copy", (await kv.get("real")).value)
@@ -139,7 +139,7 @@ async def test_ciphertext_under_another_name_is_refused(js) -> None:
 
 
 async def test_resolve_names_every_missing_entry(js) -> None:
-    store = await CredentialStore.open(NatsBus.of(js), generate_key())
+    store = await CredentialStore.open(js, generate_key())
     await store.put("a", "secret", {"value": "v-1234"})
     assert await store.resolve(["a"]) == {"a": {"value": "v-1234"}}
     with pytest.raises(KeychainUnresolvedError, match="b, c"):
@@ -147,6 +147,6 @@ async def test_resolve_names_every_missing_entry(js) -> None:
 
 
 async def test_invalid_name(js) -> None:
-    store = await CredentialStore.open(NatsBus.of(js), generate_key())
+    store = await CredentialStore.open(js, generate_key())
     with pytest.raises(ValueError, match="invalid"):
         await store.put("has space", "secret", {})

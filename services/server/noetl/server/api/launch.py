@@ -54,6 +54,16 @@ def _worker_info(svc: Any) -> dict[str, Any]:
     }
 
 
+async def _start_nats_service(bus: Bus, nc: Any, svc: Any, ops: Operations, auth_file: str | None) -> None:
+    """The NATS service (``noetl.api.*``) beside the HTTP API, with the same principals, so a
+    caller without HTTP access is checked the same way; its actions are audited, HTTP or not."""
+    await ensure_audit_stream(bus)
+    principals = ops.api.ctx.principals if ops.api is not None else Principals.load(*api_tokens(), auth_file)
+    micro = NatsApiService(nc, svc.requests, principals)
+    await micro.start()
+    ops.parts.append(micro)
+
+
 async def start_operations(
     bus: Bus,
     role: str,
@@ -91,13 +101,7 @@ async def start_operations(
                 ops.parts.append(ops.api)
                 svc.observer = ops.api.collector.observe
             if nc is not None:
-                await ensure_audit_stream(bus)  # the service's actions are audited, HTTP or not
-                principals = ops.api.ctx.principals if ops.api is not None else Principals.load(
-                    *api_tokens(), auth_file
-                )
-                micro = NatsApiService(nc, svc.requests, principals)
-                await micro.start()
-                ops.parts.append(micro)
+                await _start_nats_service(bus, nc, svc, ops, auth_file)
 
             def info() -> dict[str, Any]:
                 return _server_info(svc, ops)
