@@ -74,9 +74,10 @@ class ConsoleStack:
         parts: list[Any] = []
         server = worker = None
         try:
-            creds = await CredentialStore.open(NatsBus(nc), generate_key())
-            server = Server(NatsBus(nc), credentials=creds)
-            worker = Worker(NatsBus(nc), concurrency=self.concurrency, credentials=creds)
+            bus = NatsBus(nc)  # the adapter, made once for the stack's services
+            creds = await CredentialStore.open(bus, generate_key())
+            server = Server(bus, credentials=creds)
+            worker = Worker(bus, concurrency=self.concurrency, credentials=creds)
             await server.start()
             await worker.start()
             api = ApiServer(
@@ -86,7 +87,7 @@ class ConsoleStack:
             parts.append(api)
             server.observer = api.collector.observe
             registrar = RuntimeRegistrar(
-                NatsBus(nc),
+                bus,
                 "server",
                 lambda: {"running": len(server.states), "http": api.url},
                 interval=0.5,
@@ -94,7 +95,7 @@ class ConsoleStack:
             )
             await registrar.start()
             parts.append(registrar)
-            worker_ops = await start_operations(NatsBus(nc), "worker", worker, heartbeat=0.5, ttl=3.0)
+            worker_ops = await start_operations(bus, "worker", worker, heartbeat=0.5, ttl=3.0)
             parts.append(worker_ops)
             assert worker_ops.registrar is not None
             self.url, self.worker_id = api.url, worker_ops.registrar.id

@@ -37,7 +37,8 @@ workflow:
 async def system(fresh_nats: NatsServer) -> AsyncIterator[Any]:
     nc = await connect(fresh_nats.url, name="hostile")
     await ensure_all(nc.jetstream())
-    server, worker = Server(NatsBus(nc)), Worker(NatsBus(nc), concurrency=64)
+    bus = NatsBus(nc)
+    server, worker = Server(bus), Worker(bus, concurrency=64)
     await server.start()
     await worker.start()
     try:
