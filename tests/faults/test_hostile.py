@@ -65,7 +65,7 @@ async def test_malformed_and_unknown_requests_are_rejected_and_logged(system: An
     await js.publish(s.REQUEST_SUBJECT, b"{not json", headers={"Nats-Msg-Id": "bad-1"})
     await js.publish(s.REQUEST_SUBJECT, b"[1, 2]", headers={"Nats-Msg-Id": "bad-2"})
     out = await run_and_wait(
-        system, {"request_id": uuid.uuid4().hex, "playbook": GOOD, "bogus": 1}, timeout=30
+        NatsBus(system), {"request_id": uuid.uuid4().hex, "playbook": GOOD, "bogus": 1}, timeout=30
     )
     assert out["status"] == "failed" and out["error"]["kind"] == "request_invalid"
     assert "bogus" in out["error"]["message"]
