@@ -44,6 +44,7 @@ PG_CREDENTIAL = "pg_bench"
 
 SERVER = """
 import asyncio, sys
+from noetl.events.nats_port import NatsBus
 
 RESPONSE = (b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\ncontent-length: 11\\r\\n"
             b"\\r\\n" + b'{"ok":true}')

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from noetl.events.bus import connect
+from noetl.events.nats_port import NatsBus
 from noetl.host.natsserver import NatsServer
 from noetl.server.api.launch import start_operations
 from noetl.server.service import Server
@@ -74,12 +75,12 @@ async def secured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
         monkeypatch.setenv("NOETL_AUTH_FILE", str(tmp_path / "auth.yaml"))
         monkeypatch.setenv("NOETL_CREDENTIALS_KEY", generate_key())
         nc = await connect(ns.url, name="noetl-service")
-        server, worker = Server(nc), Worker(nc, concurrency=2)
+        server, worker = Server(NatsBus(nc)), Worker(NatsBus(nc), concurrency=2)
         await server.start()
         await worker.start()
-        ops = await start_operations(nc, "server", server, http_port=-1)
-        await Catalog.open(nc.jetstream())
-        await (await Catalog.open(nc.jetstream())).register(HELLO)
+        ops = await start_operations(NatsBus(nc), "server", server, http_port=-1)
+        await Catalog.open(NatsBus(nc))
+        await (await Catalog.open(NatsBus(nc))).register(HELLO)
         monkeypatch.delenv("NOETL_NATS_USER")
         monkeypatch.delenv("NOETL_NATS_PASSWORD")
         try:
@@ -132,7 +133,7 @@ async def test_a_principals_nats_user_reaches_only_the_checked_service(secured: 
         assert await root.jetstream().key_value("noetl_catalog") is not None
     finally:
         await root.close()
-    text = await (await Catalog.open(secured["nc"].jetstream())).get("team_a/hello")
+    text = await (await Catalog.open(NatsBus(secured["nc"]))).get("team_a/hello")
     assert text == HELLO
     _ = yaml  # the auth file is YAML; parsed by the server
 

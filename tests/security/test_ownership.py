@@ -14,6 +14,7 @@ from typing import Any
 from noetl.events import subjects as s
 from noetl.events.bus import read_messages
 from noetl.events.ids import execution_id_for
+from noetl.events.nats_port import NatsBus
 from noetl.store.audit import AUDIT_STREAM
 from tests.security.conftest import ALICE, BOB, ROOT, VIEWER, Deployment
 
@@ -69,7 +70,7 @@ async def test_another_namespace_cannot_see_or_touch_an_execution(deployment: De
     grant = {"name": "alice", "role": "operator", "namespaces": ["team_a"]}
     assert requested["payload"]["principal"] == grant
     assert requested["payload"]["namespace"] == "team_a"
-    audit = [r for _, r in await read_messages(dep.nc.jetstream(), AUDIT_STREAM, ["noetl.audit.actions"])]
+    audit = [r for _, r in await read_messages(NatsBus(dep.nc), AUDIT_STREAM, ["noetl.audit.actions"])]
     assert any(
         r["action"] == "signal" and r["principal"] == "alice" and r["target"].startswith(eid) for r in audit
     )

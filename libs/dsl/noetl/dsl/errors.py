@@ -341,17 +341,6 @@ class SignalNotAwaitedError(NoetlError):
     kind = "signal_not_awaited"
 
 
-class WireError(NoetlError, ValueError):
-    """A message that is not an event or command this process can read: malformed JSON, a
-    missing or mistyped envelope field, or a ``schema_version`` newer than it knows (``newer``)."""
-
-    kind = "wire_invalid"
-
-    def __init__(self, message: str, *, newer: bool = False) -> None:
-        super().__init__(message)
-        self.newer = newer
-
-
 class ResultNotJsonError(NoetlError, TypeError):
     """A value a task returned that has no JSON form; ``path`` says where it sits."""
 
@@ -372,60 +361,6 @@ class NatsUnsuitableError(NoetlError):
     """The CLI reached a NATS it cannot work with (too old, or without JetStream)."""
 
     kind = "nats_unsuitable"
-
-
-class BusError(NoetlError):
-    """A transport failure of the bus port, raised by its adapters (NATS, the in-memory twin)
-    in place of the client library's own errors."""
-
-    kind = "bus_error"
-
-
-class BusUnavailableError(BusError):
-    """Not now, not this request's fault: a time-out, no responder, a reconnecting connection,
-    a stream or cluster without a leader (an election takes seconds). The same request sent again
-    with the same ids succeeds once the bus is back, and a repeat of one that did land is dropped
-    by the duplicate window, so callers wait these out (``noetl.events.retry``)."""
-
-    kind = "bus_unavailable"
-    retryable = True
-
-
-class NoStreamError(BusError):
-    """No stream takes the subject: the publish can never succeed until one is declared."""
-
-    kind = "no_stream"
-
-
-class BusRefusedError(BusError):
-    """The message can never be stored as it is (over ``max_payload``, a subject or size the
-    stream refuses): retrying it only stalls whoever waits behind it."""
-
-    kind = "bus_refused"
-
-
-class ReaderLostError(BusError):
-    """A reader cannot go on without skipping a message: read again after the last one taken."""
-
-    kind = "reader_lost"
-
-
-class KeyExistsError(BusError):
-    """``create`` of a key that has a value."""
-
-    kind = "key_exists"
-
-
-class RevisionMismatchError(BusError):
-    """``update`` with a revision that is not the key's last one."""
-
-    kind = "revision_mismatch"
-
-
-class PullRefusedError(BusError):
-    """The server refused or cut off our pull requests (a 409 or 400 status): the caller backs off."""
-
-    kind = "pull_refused"
 
 
 def reply_error(err: NoetlError) -> dict[str, Any]:
@@ -449,3 +384,16 @@ def all_error_kinds() -> dict[str, type[NoetlError]]:
         out.setdefault(cls.kind, cls)
         stack.extend(cls.__subclasses__())
     return out
+
+
+# the transport's branch of the tree, in a module of its own (imported here, so every class of the
+# tree exists once this module is imported: ``all_error_kinds`` walks the subclasses)
+from noetl.dsl.errors_bus import BusError as BusError  # noqa: E402
+from noetl.dsl.errors_bus import BusRefusedError as BusRefusedError  # noqa: E402
+from noetl.dsl.errors_bus import BusUnavailableError as BusUnavailableError  # noqa: E402
+from noetl.dsl.errors_bus import KeyExistsError as KeyExistsError  # noqa: E402
+from noetl.dsl.errors_bus import NoStreamError as NoStreamError  # noqa: E402
+from noetl.dsl.errors_bus import PullRefusedError as PullRefusedError  # noqa: E402
+from noetl.dsl.errors_bus import ReaderLostError as ReaderLostError  # noqa: E402
+from noetl.dsl.errors_bus import RevisionMismatchError as RevisionMismatchError  # noqa: E402
+from noetl.dsl.errors_bus import WireError as WireError  # noqa: E402

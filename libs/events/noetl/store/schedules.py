@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from noetl.dsl.errors import ForbiddenError, NoSuchEntityError, RequestInvalidError, reply_error
@@ -23,9 +23,6 @@ from noetl.dsl.names import schedule_name_problem
 from noetl.events import subjects as s
 from noetl.events.port import Bus, BusRefusedError, KeyValue
 from noetl.store.principals import Principal, namespace_of
-
-if TYPE_CHECKING:  # the adapter's type; the adapter itself is imported where it is used
-    from noetl.events.nats_port import Connection
 
 OVERLAP = ("skip", "allow")
 
@@ -111,11 +108,7 @@ class ScheduleStore:
         self.bus, self.kv = bus, kv
 
     @classmethod
-    async def open(cls, bus: Connection) -> ScheduleStore:
-        """``bus``: the bus port, or a nats-py connection or JetStream context (``as_bus``)."""
-        from noetl.events.nats_port import as_bus
-
-        bus = as_bus(bus)
+    async def open(cls, bus: Bus) -> ScheduleStore:
         return cls(bus, await bus.kv(s.SCHEDULES_BUCKET))
 
     async def get(self, name: str) -> dict[str, Any] | None:

@@ -27,13 +27,14 @@ def _valid_text(file: str) -> str | None:
 async def read_events(nats_url: str, execution_id: str) -> list[Event]:
     """The execution's log as the engine folds it (the request with its playbook's text)."""
     from noetl.events.bus import connect, read_execution_events
+    from noetl.events.nats_port import NatsBus
     from noetl.store.catalog import Catalog
 
     nc = await connect(nats_url, name="noetl-analysis", max_reconnect_attempts=1)
     try:
-        js = nc.jetstream()
-        catalog = await Catalog.open(js)
-        return [await catalog.with_playbook_text(e) for e in await read_execution_events(js, execution_id)]
+        bus = NatsBus(nc)
+        catalog = await Catalog.open(bus)
+        return [await catalog.with_playbook_text(e) for e in await read_execution_events(bus, execution_id)]
     finally:
         await nc.close()
 
@@ -53,13 +54,14 @@ async def _execution_playbook(nats_url: str, execution_id: str) -> tuple[list[Ev
     entry still has the recorded digest. None when none of them has it."""
     from noetl.dsl.cache import digest_of
     from noetl.events.bus import connect, read_execution_events
+    from noetl.events.nats_port import NatsBus
     from noetl.store.catalog import Catalog
 
     nc = await connect(nats_url, name="noetl-analysis", max_reconnect_attempts=1)
     try:
-        js = nc.jetstream()
-        catalog = await Catalog.open(js)
-        events = await read_execution_events(js, execution_id)
+        bus = NatsBus(nc)
+        catalog = await Catalog.open(bus)
+        events = await read_execution_events(bus, execution_id)
         request = _request_of(events)
         if request is None:
             return events, None

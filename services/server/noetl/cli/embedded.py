@@ -25,6 +25,8 @@ from typing import Any
 from noetl.cli.pools import PoolWatch, playbook_pools
 from noetl.events.bus import connect
 from noetl.events.connection import check_server
+from noetl.events.nats_port import NatsBus
+from noetl.events.port import Bus
 from noetl.events.streams import ensure_all
 from noetl.host.natsserver import NatsServer
 from noetl.store.catalog import Catalog
@@ -91,7 +93,7 @@ async def until_stopped() -> None:
             signal.signal(signum, previous)
 
 
-async def start_console(nc: Any, server: Any, worker: Any, credentials: Any) -> tuple[list[Any], str, str]:
+async def start_console(bus: Bus, server: Any, worker: Any, credentials: Any) -> tuple[list[Any], str, str]:
     """The HTTP API and console on 127.0.0.1, a free port, and a token no one else knows: other
     users of a shared machine can reach a loopback port too. Returns (parts to stop, base URL,
     token)."""
@@ -114,10 +116,10 @@ async def start_console(nc: Any, server: Any, worker: Any, credentials: Any) -> 
     parts: list[Any] = [api]
     try:
         server.observer = api.collector.observe
-        registrar = RuntimeRegistrar(nc, "server", lambda: {"running": len(server.states), "http": api.url})
+        registrar = RuntimeRegistrar(bus, "server", lambda: {"running": len(server.states), "http": api.url})
         await registrar.start()
         parts.append(registrar)
-        parts.append(await start_operations(nc, "worker", worker))
+        parts.append(await start_operations(bus, "worker", worker))
     except BaseException:
         for part in reversed(parts):
             with contextlib.suppress(Exception):
@@ -174,26 +176,26 @@ async def run_embedded(
         nc = await connect(ns.url, name="noetl-run")
         # a nats-server found on PATH (Debian's is 2.9) would run playbooks whose timers never fire
         await check_server(nc, "run")
-        js = nc.jetstream()
-        await ensure_all(js)
-        creds = await CredentialStore.open(js, generate_key())
+        await ensure_all(nc.jetstream())
+        bus = NatsBus(nc)  # the one adapter every part of this run shares
+        creds = await CredentialStore.open(bus, generate_key())
         if credentials_file:
             await _put_credentials(creds, credentials_file, _declared_kinds(text, file))
-        catalog = await Catalog.open(js)
+        catalog = await Catalog.open(bus)
         if catalog_dir:
             await register_catalog_dir(catalog, catalog_dir)
-        server = Server(nc, credentials=creds, leases=False)  # the only server of a private NATS
-        worker = Worker(nc, credentials=creds, concurrency=32)
+        server = Server(bus, credentials=creds, leases=False)  # the only server of a private NATS
+        worker = Worker(bus, credentials=creds, concurrency=32)
         await server.start()
         await worker.start()
         pools = _pools(text, file, catalog_dir)
-        watch = await _start_pool_workers(nc, creds, worker.pool, pools, pool_workers)
+        watch = await _start_pool_workers(bus, creds, worker.pool, pools, pool_workers)
         request = await _request(catalog, text, file, payload)
         if progress is not None:  # a waiting step's line says how to reach this NATS to signal it
             progress.nats_url = ns.url
         if not ui:
-            return await run_with_progress(nc, request, timeout, progress)
-        return await _run_with_console(nc, server, worker, creds, request, timeout, progress, console)
+            return await run_with_progress(bus, request, timeout, progress)
+        return await _run_with_console(bus, server, worker, creds, request, timeout, progress, console)
     finally:
         await _shut_down(ns, nc, server, worker, console, pool_workers, watch)
 
@@ -212,7 +214,7 @@ async def _put_credentials(creds: Any, credentials_file: str, kinds: dict[str, s
 
 
 async def _start_pool_workers(
-    nc: Any, creds: Any, own_pool: str, pools: dict[str, list[str]], pool_workers: list[Any]
+    bus: Any, creds: Any, own_pool: str, pools: dict[str, list[str]], pool_workers: list[Any]
 ) -> Any:
     """A worker for every other pool the playbook and its visible children name, and one for a
     pool only a command reveals (a child it could not see): a command never waits unserved.
@@ -227,21 +229,21 @@ async def _start_pool_workers(
             + (f" ({', '.join(named[:3])})" if named else " (a command was sent to it)"),
             file=sys.stderr,
         )
-        extra = Worker(nc, credentials=creds, pool=pool, concurrency=8)
+        extra = Worker(bus, credentials=creds, pool=pool, concurrency=8)
         await extra.start()
         pool_workers.append(extra)
 
     for pool in sorted(pools):
         if pool != own_pool:
             await start_pool(pool)
-    watch = PoolWatch(nc, {own_pool, *pools}, start_pool)
+    watch = PoolWatch(bus, {own_pool, *pools}, start_pool)
     await watch.start()
     pool_workers.append(watch)
     return watch
 
 
 async def _run_with_console(
-    nc: Any,
+    bus: Any,
     server: Any,
     worker: Any,
     creds: Any,
@@ -255,14 +257,14 @@ async def _run_with_console(
     from noetl.cli.progress import run_with_progress
     from noetl.events.ids import execution_id_for
 
-    parts, base, token = await start_console(nc, server, worker, creds)
+    parts, base, token = await start_console(bus, server, worker, creds)
     console.extend(parts)
     link = f"{base}/ui/login?token={token}&next=/ui/executions/{execution_id_for(request['request_id'])}"
     # the token is this run's own, made a moment ago: printing it is how the person gets in
     print(f"noetl: console at {link}", file=sys.stderr)
     if _has_display():
         threading.Thread(target=webbrowser.open, args=(link,), daemon=True).start()
-    out = await run_with_progress(nc, request, timeout, progress)
+    out = await run_with_progress(bus, request, timeout, progress)
     print(
         f"noetl: execution {out['execution_id']} {out['status']}; the console stays up at {base}/ui "
         "until Ctrl-C",

@@ -28,10 +28,11 @@ def _run(fn: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[[a
             try:
                 # as a principal (NOETL_TOKEN) the CLI reads no events itself: ids go whole to the service
                 if isinstance(getattr(args, "execution_id", None), str) and not principal_token():
+                    from noetl.events.nats_port import NatsBus
                     from noetl.server.api.queries import resolve_execution_id
 
                     # the short ids the console and `noetl executions` show work here too
-                    full = await resolve_execution_id(nc.jetstream(), args.execution_id)
+                    full = await resolve_execution_id(NatsBus(nc), args.execution_id)
                     if isinstance(full, dict):
                         print(f"noetl: {full['error']['message']}", file=sys.stderr)
                         return 2
@@ -70,6 +71,7 @@ def _no_such_execution(execution_id: str) -> int:
 
 
 async def _status(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.events.nats_port import NatsBus
     from noetl.server.api.queries import execution_status
 
     _check_id(args.execution_id)
@@ -82,7 +84,7 @@ async def _status(nc: Any, args: argparse.Namespace) -> int:
             return 2
         out: dict[str, Any] | None = got
     else:
-        out = await execution_status(nc.jetstream(), args.execution_id)
+        out = await execution_status(NatsBus(nc), args.execution_id)
     if out is None:
         return _no_such_execution(args.execution_id)
     if args.json:
@@ -123,6 +125,7 @@ async def _events(nc: Any, args: argparse.Namespace) -> int:
 
 async def _logs(nc: Any, args: argparse.Namespace) -> int:
     from noetl.cli.lines import output_lines
+    from noetl.events.nats_port import NatsBus
     from noetl.server.api.queries import execution_logs
 
     _check_id(args.execution_id)
@@ -134,7 +137,7 @@ async def _logs(nc: Any, args: argparse.Namespace) -> int:
             return 2 if code == 1 else code  # an unknown execution: exit 2, as below
         out = got.get("logs")
     else:
-        out = await execution_logs(nc.jetstream(), args.execution_id, args.step)
+        out = await execution_logs(NatsBus(nc), args.execution_id, args.step)
     if out is None:
         return _no_such_execution(args.execution_id)
     if args.json:
@@ -161,6 +164,7 @@ def _outside_note(e: dict[str, Any]) -> str:
 
 
 async def _executions(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.events.nats_port import NatsBus
     from noetl.server.api.queries import list_executions
 
     if principal_token():  # as a principal: only the namespaces it may read, checked by the service
@@ -171,7 +175,7 @@ async def _executions(nc: Any, args: argparse.Namespace) -> int:
         if (code := refusal_exit(out)) is not None:
             return code
     else:
-        out = await list_executions(nc.jetstream(), status=args.status, path=args.path, limit=args.limit)
+        out = await list_executions(NatsBus(nc), status=args.status, path=args.path, limit=args.limit)
     if args.json:
         _print_json(out)
         return 0
@@ -187,6 +191,7 @@ async def _executions(nc: Any, args: argparse.Namespace) -> int:
 
 async def _cancel(nc: Any, args: argparse.Namespace) -> int:
     from noetl.client.run import cancel as request_cancel
+    from noetl.events.nats_port import NatsBus
 
     _check_id(args.execution_id)
     if principal_token():
@@ -199,7 +204,7 @@ async def _cancel(nc: Any, args: argparse.Namespace) -> int:
             return 2
         _print_json(got)
         return 0
-    out = await request_cancel(nc.jetstream(), args.execution_id, args.reason)
+    out = await request_cancel(NatsBus(nc), args.execution_id, args.reason)
     if out is None:
         return _no_such_execution(args.execution_id)
     _print_json(out)
@@ -207,9 +212,10 @@ async def _cancel(nc: Any, args: argparse.Namespace) -> int:
 
 
 async def _workers(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.events.nats_port import NatsBus
     from noetl.events.runtime import list_runtime
 
-    entries = await list_runtime(nc.jetstream(), None if args.all else "worker")
+    entries = await list_runtime(NatsBus(nc), None if args.all else "worker")
     if args.json:
         _print_json(entries)
         return 0

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 from noetl.cli.lines import error_text, output_lines, where
 from noetl.client.activity import Activity, StepRun
 from noetl.client.execution_view import OPEN
+from noetl.events.port import Bus
 from noetl.events.vocabulary import EventName
 
 log = logging.getLogger("noetl.cli")
@@ -212,7 +213,7 @@ class Progress:
             self._status = ""
 
 
-async def _follow(nc: Any, execution_id: str, progress: Progress, finished: asyncio.Event) -> None:
+async def _follow(bus: Bus, execution_id: str, progress: Progress, finished: asyncio.Event) -> None:
     """Feed ``progress`` the execution's events until ``playbook.processed``, or until the run is
     over and nothing is left. Not live, output is all it shows: then only ``task.done`` and the
     ``step.scheduled`` that name its step are read (a loop of a million iterations would
@@ -221,10 +222,8 @@ async def _follow(nc: Any, execution_id: str, progress: Progress, finished: asyn
     read, which made every run wait one more ``interval`` (100 ms) after its result was in."""
     from noetl.events import subjects as s
     from noetl.events.envelope import loads
-    from noetl.events.nats_port import as_bus
     from noetl.events.objects import is_reference, resolve
 
-    bus = as_bus(nc)
     subjects = (
         [s.execution_events_filter(execution_id)]
         if progress.live
@@ -261,9 +260,9 @@ async def _follow(nc: Any, execution_id: str, progress: Progress, finished: asyn
             await reader.close()
 
 
-async def _following(nc: Any, execution_id: str, progress: Progress, finished: asyncio.Event) -> None:
+async def _following(bus: Bus, execution_id: str, progress: Progress, finished: asyncio.Event) -> None:
     try:
-        await _follow(nc, execution_id, progress, finished)
+        await _follow(bus, execution_id, progress, finished)
     except asyncio.CancelledError:
         raise
     except Exception as e:  # progress is a courtesy: its failure must not fail the run
@@ -271,7 +270,7 @@ async def _following(nc: Any, execution_id: str, progress: Progress, finished: a
 
 
 async def run_with_progress(
-    nc: Any, request: dict[str, Any], timeout: float | None, progress: Progress | None
+    bus: Bus, request: dict[str, Any], timeout: float | None, progress: Progress | None
 ) -> dict[str, Any]:
     """``run_and_wait`` while ``progress`` draws the execution's events; the status line is gone
     when this returns, even on a time-out or Ctrl-C."""
@@ -279,12 +278,12 @@ async def run_with_progress(
     from noetl.events.ids import execution_id_for
 
     if progress is None:
-        return await run_and_wait(nc, request, timeout=timeout)
+        return await run_and_wait(bus, request, timeout=timeout)
     execution_id = request.get("execution_id") or execution_id_for(request["request_id"])
     finished = asyncio.Event()
-    follower = asyncio.create_task(_following(nc, execution_id, progress, finished))
+    follower = asyncio.create_task(_following(bus, execution_id, progress, finished))
     try:
-        out = await run_and_wait(nc, request, timeout=timeout)
+        out = await run_and_wait(bus, request, timeout=timeout)
         finished.set()
         await asyncio.wait({follower}, timeout=5)  # the rest of the log is stored: catch up
         return out

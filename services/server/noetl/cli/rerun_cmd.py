@@ -92,11 +92,11 @@ async def _rerun_here(
 ) -> dict[str, Any] | None:
     """The plan made, and the rerun started, by this process; None when refused (said)."""
     from noetl.client.run import submit
-    from noetl.events.nats_port import as_bus
+    from noetl.events.nats_port import NatsBus
     from noetl.server.rerun import prepare_rerun
     from noetl.store.catalog import Catalog
 
-    bus = as_bus(nc.jetstream())
+    bus = NatsBus(nc)
     catalog = await Catalog.open(bus)
     got = await prepare_rerun(
         bus,

@@ -51,7 +51,6 @@ from noetl.events.envelope import (
 from noetl.events.histogram import Histogram
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
-from noetl.events.nats_port import Connection, as_bus
 from noetl.events.port import Bus, BusError, QueueConfig
 from noetl.events.retry import is_transient, retrying
 from noetl.events.streams import replicated
@@ -80,7 +79,7 @@ _NO_SECRETS = Masker()  # a playbook without a keychain masks nothing: no masker
 class Worker:
     def __init__(
         self,
-        nc: Connection,
+        bus: Bus,
         *,
         pool: str = s.DEFAULT_POOL,
         concurrency: int = 16,
@@ -90,7 +89,7 @@ class Worker:
         if problem := pool_problem(pool):
             raise DeploymentError(f"--pool: {problem}")
         # a bus port (noetl.events.port): NATS, or the in-memory twin of behaviour tests
-        self.bus: Bus = as_bus(nc, replicas=replicas)
+        self.bus: Bus = bus
         raw = getattr(self.bus, "nc", None)
         self.nc, self.js = raw, (raw.jetstream() if raw is not None else None)
         self.replicas = replicas
@@ -110,7 +109,7 @@ class Worker:
         self._leasing = True  # until stop() has drained the running commands
         self._stopping = asyncio.Event()
         self._playbooks: dict[str, Playbook] = {}
-        self.services: dict[str, Any] = {"js": self.js, "nc": nc, "bus": self.bus}
+        self.services: dict[str, Any] = {"js": self.js, "nc": self.nc, "bus": self.bus}
         self.completed = 0
         # task run durations by outcome status, reported with the runtime heartbeat (/metrics)
         self.task_durations: dict[str, Histogram] = {}
