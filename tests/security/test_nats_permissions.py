@@ -235,7 +235,7 @@ async def test_the_cli_reads_and_manages_credentials_as_a_principal(secured: dic
 
     from noetl.store.audit import AUDIT_STREAM
 
-    catalog = await Catalog.open(secured["nc"].jetstream())
+    catalog = await Catalog.open(NatsBus(secured["nc"]))
     await catalog.register(HELLO.replace("team_a/hello", "team_b/hello"))
     root = await _as(secured["url"], "root", ROOT_PW)
     try:
