@@ -43,11 +43,6 @@ from noetl.worker.local_loop import LocalLoop
 
 log = logging.getLogger("noetl.worker")
 
-# NOETL_MAX_DELIVER (default 5): a command delivered this many times keeps killing workers: it ends
-# as worker_lost instead. The worker decides that, not JetStream: the consumer delivers without
-# limit, so a command is never dropped unanswered (a worker_lost event that cannot be stored is
-# tried again at the next delivery).
-
 
 class Worker:
     def __init__(
@@ -220,6 +215,10 @@ class Worker:
             self.leases.release(msg)
 
     async def _worker_lost(self, cmd: Command, delivered: int) -> None:
+        """NOETL_MAX_DELIVER (default 5): a command delivered this many times keeps killing
+        workers: it ends as worker_lost instead. The worker decides that, not JetStream: the
+        consumer delivers without limit, so a command is never dropped unanswered (a worker_lost
+        event that cannot be stored is tried again at the next delivery)."""
         err = WorkerLostError(
             f"step {cmd['step']}: its command was delivered {delivered} times and no worker "
             "finished it (workers crashing or killed while running it, e.g. out of memory); "
