@@ -21,8 +21,6 @@ MAX_FUNCTION_LINES = 60
 
 # path (from the repository root): the reason it is longer
 LONG_MODULES: dict[str, str] = {
-    "services/worker/noetl/worker/service.py": "being split (the worker's run lifecycle)",
-    "services/worker/noetl/worker/command.py": "being split (the worker's run lifecycle)",
     "libs/events/noetl/events/settings.py": "every NOETL_* setting as one typed object, each with "
     "its type, default and description; to be split (the values' parsing is in settings_values)",
 }
@@ -33,7 +31,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "services/server/noetl/cli/main.py:cmd_run": "to be split: reading the file, running, printing",
     "services/server/noetl/cli/main.py:_serve": "to be split: the server's and the worker's assembly",
     "services/server/noetl/cli/main.py:_serve.start": "to be split with _serve",
-    "services/worker/noetl/worker/pipeline.py:Pipeline.run": "being split (the worker's run lifecycle)",
 }
 
 

@@ -19,6 +19,7 @@ from noetl.events.envelope import Event, dumps, make_event
 from noetl.events.ids import derive_id
 from noetl.events.port import BusRefusedError
 from noetl.events.retry import describe, retrying
+from noetl.events.writer import encode
 from noetl.server import timers
 from noetl.server.parts import (
     CHECKPOINT_EVERY,
@@ -50,8 +51,7 @@ class DecisionStoring(ServerParts):
         group.disarm.extend(decision.cancel_timers)
         ended_loops.extend((event["execution_id"], run_id) for run_id in decision.ended_loops)
         for ev in decision.events:
-            subject = s.event_subject(partition, ev["execution_id"], ev["name"])
-            group.events.append((subject, dumps(ev), ev["event_id"], ev["name"] in WAITED_FOR))
+            group.events.append((*encode(ev, partition), ev["name"] in WAITED_FOR))
         for cmd in decision.commands:
             group.commands.append((s.command_subject(cmd["pool"]), dumps(cmd), cmd["command_id"]))
 

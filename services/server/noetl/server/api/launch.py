@@ -48,7 +48,7 @@ def _worker_info(svc: Any) -> dict[str, Any]:
     return {
         "pool": svc.pool,
         "concurrency": svc.concurrency,
-        "running": len(svc._running),
+        "running": svc.busy,
         "completed": svc.completed,
         "task_durations": {status: h.to_dict() for status, h in svc.task_durations.items()},
     }
