@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from noetl.cli.main import build_parser, main
-from noetl.events.settings import Settings, SettingsError, markdown_table, setting, settings
+from noetl.events.settings import Settings, SettingsError, setting, settings
+from noetl.events.settings_docs import markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = """

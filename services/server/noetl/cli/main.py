@@ -92,31 +92,11 @@ def signals_interrupt(*signums: int) -> Iterator[None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from noetl.cli.embedded import run_embedded
-    from noetl.cli.output import summary
-    from noetl.dsl import validate_text
-    from noetl.dsl.errors import DeploymentError, PlaybookInvalidError, TimeoutError_
-
-    path = Path(args.file)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        print(f"{args.file}:0: <file>: cannot read: {e.strerror}", file=sys.stderr)
-        return 2
-    problems = validate_text(text, str(path))
-    if problems:
-        for p in problems:
-            print(p, file=sys.stderr)
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "status": "invalid",
-                        "error": PlaybookInvalidError(problems).to_dict(),
-                    }
-                )
-            )
-        return 2
+    """``noetl run``: the playbook validated, then run on a private NATS of its own."""
+    read = _read_valid(args)
+    if isinstance(read, int):
+        return read
+    path, text = read
     from noetl.host.natsserver import sync_interval_setting
 
     try:  # the embedded nats-server's fsync interval (docs/guarantees.md)
@@ -127,16 +107,50 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"noetl run: {e}", file=sys.stderr)
         return 2
     print(f"noetl: running {path} on an embedded NATS server", file=sys.stderr)
+    out = _run_embedded(args, path, text)
+    if isinstance(out, int):
+        return out
+    from noetl.cli.output import summary
+
+    print(json.dumps(out, default=str) if args.json else summary(out, str(path), text))
+    return 0 if out["status"] == "success" else 1
+
+
+def _read_valid(args: argparse.Namespace) -> tuple[Path, str] | int:
+    """The playbook's path and text, or the exit code after saying why it cannot run (2)."""
+    from noetl.dsl import validate_text
+    from noetl.dsl.errors import PlaybookInvalidError
+
+    path = Path(args.file)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        print(f"{args.file}:0: <file>: cannot read: {e.strerror}", file=sys.stderr)
+        return 2
+    problems = validate_text(text, str(path))
+    if not problems:
+        return path, text
+    for p in problems:
+        print(p, file=sys.stderr)
+    if args.json:
+        print(json.dumps({"status": "invalid", "error": PlaybookInvalidError(problems).to_dict()}))
+    return 2
+
+
+def _run_embedded(args: argparse.Namespace, path: Path, text: str) -> dict[str, Any] | int:
+    """The execution's output, or the exit code of a run that did not end (interrupted: 128 +
+    the signal; a nats-server that cannot run NoETL: 2; past ``--timeout``: 1)."""
+    from noetl.cli.embedded import run_embedded
     from noetl.cli.progress import Progress, wanted
+    from noetl.dsl.errors import DeploymentError, TimeoutError_
+    from noetl.events import tracing
 
     # what tasks print always reaches stderr; the live view only a person at a terminal
     progress = Progress(sys.stderr, live=wanted(args.json))
-    from noetl.events import tracing
-
     tracing.configure_from_env("noetl-run")  # OTEL_EXPORTER_OTLP_ENDPOINT: the run's trace too
     try:
         with signals_interrupt(signal.SIGTERM, signal.SIGHUP):
-            out = asyncio.run(
+            return asyncio.run(
                 run_embedded(
                     text,
                     str(path),
@@ -163,11 +177,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
     finally:
         tracing.shutdown()  # the run's spans are flushed before the process ends
-    if args.json:
-        print(json.dumps(out, default=str))
-    else:
-        print(summary(out, str(path), text))
-    return 0 if out["status"] == "success" else 1
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -180,137 +189,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
     from noetl.cli.validate_cmd import cmd_schema as run
 
     return run(args.out, kinds=args.kinds)
-
-
-async def _serve(args: argparse.Namespace, role: str) -> None:
-    """Run until SIGTERM or SIGINT. The handlers go in first: a process stopped while it still
-    starts (waiting for NATS, a cluster electing) stops cleanly with exit code 0 too."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    nc: Any = None
-    svc: Any = None
-    ops: Any = None
-    listener: Any = None
-    ops_http: Any = None
-    from noetl.events.settings import setting
-
-    async def start() -> None:
-        """The HTTP port first (the server's probes say what is wrong while NATS is not
-        reached), then NATS, waited for as long as it takes and logged while it fails, then the
-        check that this nats-server can run NoETL, then the service."""
-        nonlocal nc, svc, ops, listener, ops_http
-        from noetl.events.bus import connect
-        from noetl.events.connection import ConnectionState, check_server, redact_urls
-
-        where = redact_urls(args.nats_url)
-        state = ConnectionState(where)
-        http_port = args.http_port
-        if role == "server" and http_port >= 0:
-            from noetl.server.api.listener import HttpListener
-            from noetl.server.api.server import api_tokens, check_exposure
-            from noetl.store.principals import Principals
-
-            host = args.http_host
-            insecure = bool(getattr(args, "insecure", False)) or bool(setting("api_insecure"))
-            # the principals (tokens, the auth file) are read before the port opens: a bad auth
-            # file stops the start here, and principals count as the API's token
-            token, admin_token = api_tokens()
-            principals = Principals.load(token, admin_token, getattr(args, "auth_file", None))
-            check_exposure(host, token or ("principals" if principals.required else None), insecure)
-            listener = HttpListener(host, http_port, state)
-            await listener.start()
-            _say(
-                role,
-                f"/health and /ready on {listener.url} (the API follows once NATS is reached)",
-                url=listener.url,
-            )
-        if role == "worker" and http_port >= 0:  # probes before NATS, as the server's
-            from noetl.worker.http import WorkerHttp
-
-            ops_http = WorkerHttp(None, state, host=args.http_host, port=http_port, pool=args.pool)
-            await ops_http.start()
-            _say(role, f"/health, /ready and /metrics on {ops_http.url}", url=ops_http.url)
-        nc = await connect(args.nats_url, name=f"noetl-{role}", state=state)
-        await check_server(nc, role)
-        from noetl.events.nats_port import NatsBus
-
-        bus = NatsBus(nc, replicas=args.replicas)  # the adapter, chosen once for the process
-        if role == "server":
-            from noetl.server.service import Server
-
-            svc = Server(bus, partitions=args.partitions, replicas=args.replicas)
-        else:
-            from noetl.worker.service import Worker
-
-            svc = Worker(bus, pool=args.pool, concurrency=args.concurrency, replicas=args.replicas)
-        await svc.start()
-        if ops_http is not None:
-            ops_http.attach(svc)
-        from noetl.server.api.launch import start_operations
-
-        ops = await start_operations(
-            bus,
-            role,
-            svc,
-            http_host=args.http_host,
-            http_port=http_port if role == "server" else -1,
-            insecure=True if getattr(args, "insecure", False) or setting("api_insecure") else None,
-            auth_file=getattr(args, "auth_file", None),
-            listener=listener,
-        )
-        _settle_heap()
-        _say(role, f"running against {where}", nats=where)
-        if ops.api is not None:
-            _say(role, f"HTTP API on {ops.api.url}", url=ops.api.url)
-
-    from noetl.events import tracing
-
-    tracing.configure_from_env(f"noetl-{role}")  # OTEL_EXPORTER_OTLP_ENDPOINT: spans over OTLP
-    starting = asyncio.create_task(start())
-    stopping = asyncio.create_task(stop.wait())
-    try:
-        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        if starting.done():
-            starting.result()  # a start-up error (DeploymentError) ends the process here
-            await stopping
-        else:
-            starting.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await starting
-    finally:  # also after a start-up error: the service's loops must not outlive it
-        stopping.cancel()
-        if ops is not None:
-            await ops.stop()
-        if ops_http is not None:
-            await ops_http.stop()
-        if listener is not None:
-            await listener.stop()
-        if svc is not None:
-            with contextlib.suppress(Exception):
-                await svc.stop()
-        if nc is not None:
-            try:
-                await asyncio.wait_for(nc.drain(), timeout=10)
-            except Exception:  # a subscription stopped mid-fetch can hold drain forever: exit anyway
-                await nc.close()
-        tracing.shutdown()  # the last spans are flushed
-
-
-def _settle_heap() -> None:
-    """Once started: what start-up allocated (modules, the playbook cache's first entries,
-    connections) leaves the collector's view (``gc.freeze``), so a full collection walks only
-    what the work allocates; and a young generation of 50 000 objects instead of 700, so a busy
-    service collects every few thousand messages instead of every few dozen."""
-    from noetl.events.settings import setting
-
-    if setting("gc_tune"):
-        import gc
-
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(50_000, 20, 20)
 
 
 def _event_loop_run(main: Any) -> None:
@@ -344,7 +222,9 @@ def _run_service(args: argparse.Namespace, role: str) -> int:
         if role == "server":
             args.partitions = setting("partitions", args.partitions)
         args.replicas = setting("replicas", args.replicas)
-        _event_loop_run(_serve(args, role))
+        from noetl.cli.serve import serve
+
+        _event_loop_run(serve(args, role, _say))
     except DeploymentError as e:
         _refuse(role, e.message)
         return 2

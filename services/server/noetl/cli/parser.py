@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     `noetl --help` lists them), then the command modules' own."""
     # the commands live in main (the start-up) and the command modules, which import this one
     from noetl.cli.main import version
-    from noetl.events.settings import CONFIG_ENV, help_text, setting
+    from noetl.events.settings import CONFIG_ENV, setting
+    from noetl.events.settings_docs import help_text
 
     ap = argparse.ArgumentParser(
         prog="noetl",
@@ -104,7 +105,7 @@ def _add_local(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _add_server(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_url: str) -> None:
     from noetl.cli.main import cmd_server
-    from noetl.events.settings import help_text
+    from noetl.events.settings_docs import help_text
 
     raw = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser("server", help="run the control plane", epilog=help_text(), formatter_class=raw)
@@ -139,7 +140,7 @@ def _add_server(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_u
 
 def _add_worker(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_url: str) -> None:
     from noetl.cli.main import cmd_worker
-    from noetl.events.settings import help_text
+    from noetl.events.settings_docs import help_text
 
     raw = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser("worker", help="run a worker for a pool", epilog=help_text(), formatter_class=raw)
