@@ -199,9 +199,8 @@ async def test_checkpoints_are_written_sparingly_and_catch_up_when_idle(nc, serv
         await asyncio.sleep(0.5)
         inputs = await js.stream_info(s.EVENTS_STREAM)
         entry = await kv.get(s.checkpoint_key(partition))
-        last_input = max(
-            seq for seq, e in await read_messages(js, s.EVENTS_STREAM, s.partition_input_filters(partition)) if e
-        )
+        filters = s.partition_input_filters(partition)
+        last_input = max(seq for seq, e in await read_messages(js, s.EVENTS_STREAM, filters) if e)
         seen.append((int(entry.value or b"0"), last_input))
         if int(entry.value or b"0") == last_input:
             break
