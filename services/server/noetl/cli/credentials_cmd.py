@@ -29,6 +29,27 @@ def _credential_data(args: argparse.Namespace) -> dict[str, Any]:
     return value
 
 
+def _scope_inputs(args: argparse.Namespace) -> dict[str, Any]:
+    """``--inputs JSON`` / ``--no-inputs``: the scope's ``inputs``, so a reviewed playbook that
+    sends the credential somewhere its caller names can be held to the places the admin allows."""
+    import json
+
+    given = getattr(args, "inputs", None)
+    if getattr(args, "no_inputs", False):
+        if given is not None:
+            raise ValueError("give --inputs JSON or --no-inputs, not both")
+        return {"inputs": {}}
+    if given is None:
+        return {}
+    try:
+        return {"inputs": json.loads(given)}
+    except ValueError:
+        raise ValueError(
+            '--inputs is JSON: {"url": {"pattern": "https://api\\.example\\.com/.*"}, '
+            '"region": {"values": ["eu", "us"]}}'
+        ) from None
+
+
 def nats_identity(nc: Any) -> str | None:
     """Who a NATS connection says it is (a user name, a token's hash prefix, a credentials file),
     or None for an anonymous one. Never the password or token itself."""
@@ -56,7 +77,7 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
     from noetl.events.masking import weak_secrets
     from noetl.events.nats_port import NatsBus
     from noetl.store.audit import ensure_audit_stream, record_credential_access
-    from noetl.store.credentials import CredentialStore
+    from noetl.store.credentials import CredentialStore, check_scope
 
     bus = NatsBus(nc)
     store = await CredentialStore.open(bus, None)
@@ -79,7 +100,8 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
                 print(f"noetl: credential {args.name!r} holds {'; '.join(weak)}: use a stronger secret "
                       "(or --allow-weak)", file=sys.stderr)
                 return 2
-            scope = {"paths": args.scope or ["*"], "inline": args.allow_inline}
+            scope = check_scope({"paths": args.scope or ["*"], "inline": args.allow_inline,
+                                 **_scope_inputs(args)})  # refused before anything is recorded
             await record_credential_access(
                 bus, action="credential.put", credential=args.name, who=who or "anonymous",
                 outcome="stored", kind=args.kind, remote="cli",

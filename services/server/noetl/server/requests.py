@@ -32,7 +32,7 @@ from noetl.events.port import Bus, store_all
 from noetl.server.requests_checks import MAX_PAYLOAD_DEPTH, MAX_REQUEST_BYTES, MAX_SIGNALS
 from noetl.server.requests_outside import OutsideRequests
 from noetl.store.catalog import MAX_MESSAGE_BYTES, Catalog
-from noetl.store.credentials import scope_allows
+from noetl.store.credentials import scope_allows, scope_input_problems
 from noetl.store.principals import Principal, namespace_of
 
 log = logging.getLogger("noetl.server")
@@ -128,12 +128,15 @@ class RequestHandler(OutsideRequests):
         missing: list[str] = []
         refused: list[str] = []
         mismatched: list[dict[str, Any]] = []
+        inputs_refused: list[tuple[str, str, str]] = []  # (credential, input, why)
         for entry in playbook.keychain:
             scope = await self.credentials.scope(entry.name) if self.credentials is not None else None
             if scope is None:
                 missing.append(entry.name)
             elif not scope_allows(scope, origin, digest):
                 refused.append(entry.name)
+            elif problems := scope_input_problems(scope, req.get("payload")):
+                inputs_refused += [(entry.name, name, why) for name, why in problems]
             elif self.credentials is not None:
                 stored = await self.credentials.kind(entry.name)
                 if stored != entry.kind:  # the declared kind decides masking: no start on a guess
@@ -148,6 +151,10 @@ class RequestHandler(OutsideRequests):
                 "(noetl credentials set NAME --scope PATH [--allow-inline])",
                 entries=refused,
             )
+            await self._reject(execution_id, partition, err.to_dict(), req)
+            return {"execution_id": execution_id, "error": err.to_dict()}
+        if inputs_refused:
+            err = _inputs_refused(inputs_refused, origin)
             await self._reject(execution_id, partition, err.to_dict(), req)
             return {"execution_id": execution_id, "error": err.to_dict()}
         await self.catalog.put_digest(digest, text)
@@ -208,3 +215,20 @@ class RequestHandler(OutsideRequests):
         return {"execution_id": execution_id}
 
 
+
+
+def _inputs_refused(refused: list[tuple[str, str, str]], origin: str | None) -> CredentialScopeError:
+    """The refusal of inputs a credential's scope does not admit: each input with the credential
+    whose rule it broke and the rule, and the three ways on (never the value sent)."""
+    where = "an inline playbook" if origin is None else f"catalog path {origin!r}"
+    parts = [f"input {name!r} (credential {cred!r}: {why})" for cred, name, why in refused]
+    creds = sorted({cred for cred, _, _ in refused})
+    return CredentialScopeError(
+        f"{where} uses credential{'s' if len(creds) > 1 else ''} {', '.join(creds)}, whose scope "
+        f"constrains the inputs a run of it accepts: refused {'; '.join(parts)}. Leave the input out "
+        "(the playbook's own workload value is used) or send a value the scope admits; to admit "
+        "another, an admin changes the scope's inputs (noetl credentials set NAME --inputs JSON, or "
+        '"scope": {"inputs": {...}} in POST /api/credentials)',
+        entries=creds,
+        inputs=sorted({name for _, name, _ in refused}),
+    )
