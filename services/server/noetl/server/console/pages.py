@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from noetl.dsl.errors import PlaybookInvalidError
+from noetl.dsl.errors import ForbiddenError, PlaybookInvalidError, reply_error
 from noetl.dsl.validate import load_playbook
 from noetl.events.bus import read_execution_events
 from noetl.events.envelope import Event
@@ -296,7 +296,7 @@ async def execution_action(request: Request) -> Response:
             principal_of(request),
         )
     ):
-        await _audited(request, name, eid, form, {"error": {"kind": "forbidden"}})
+        await _audited(request, name, eid, form, reply_error(ForbiddenError(refusal)))
         return await execution_page(request, refused=refusal, form=form, status_code=403)
     form[_BY] = principal_of(request).name  # who acts (and answers an approval): never typed
     out = await action.run(ctx_of(request).bus, eid, form)
