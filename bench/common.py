@@ -11,6 +11,7 @@ from typing import Any
 from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
 from noetl.events.envelope import dumps, loads
+from noetl.events.nats_port import NatsBus
 
 
 class FinishWatch:
@@ -82,7 +83,7 @@ async def run_timed(
     eid = execution_id_for(request["request_id"])
     done = watch.expect(eid)
     t0 = time.perf_counter()
-    out = await run_and_wait(nc, request, timeout=timeout)
+    out = await run_and_wait(NatsBus(nc), request, timeout=timeout)
     await done
     t_end = watch.succeeded(eid)
     if out["status"] != "success":

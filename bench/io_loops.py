@@ -13,6 +13,7 @@
   is raw asyncpg with a pool of 16 doing the same inserts 16 at a time. On
   ``NOETL_BENCH_PG_DSN`` (else ``NOETL_TEST_PG_DSN``, else the local ``test`` database) in a
   table of its own, dropped at the end; a note instead of numbers when PostgreSQL is not there.
+  ``pg_tool_per_s``: the worker's ``postgres`` tool alone doing the same, without the engine.
 
 Rounds alternate floor and engine.
 """
@@ -43,6 +44,7 @@ PG_CREDENTIAL = "pg_bench"
 
 SERVER = """
 import asyncio, sys
+from noetl.events.nats_port import NatsBus
 
 RESPONSE = (b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\ncontent-length: 11\\r\\n"
             b"\\r\\n" + b'{"ok":true}')
@@ -140,6 +142,37 @@ async def raw_pg(dsn: str, n: int) -> float:
         return n / (time.perf_counter() - t0)
     finally:
         await pool.close()
+
+
+async def tool_pg(dsn: str, n: int) -> float:
+    """The worker's ``postgres`` tool alone, no engine: the same INSERTs, ``PG_WIDTH`` at a time,
+    through its own pools (what a worker keeps). Between the raw floor and the engine's loops it
+    says how much of the gap is the tool's and how much the engine's per-iteration cost."""
+    from noetl.worker.tools.base import ToolContext
+    from noetl.worker.tools.postgres import PostgresServices, PostgresTool
+
+    services = PostgresServices()
+    keychain = {PG_CREDENTIAL: {"dsn": dsn}}
+    ctx = ToolContext("bench", "start", "insert", {}, keychain, services={"postgres": services})
+    tool = PostgresTool()
+    config = {"auth": PG_CREDENTIAL, "command": f"INSERT INTO {PG_TABLE} (id, v) VALUES ($1, $2)"}
+    try:
+        left = n
+
+        async def lane() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                out = await tool.run({**config, "params": [str(left), "x"]}, ctx)
+                if out["status"] != "ok":
+                    raise RuntimeError(f"postgres tool: {out['error']}")
+
+        await tool.run({**config, "params": ["0", "x"]}, ctx)  # the pool made, unmeasured
+        t0 = time.perf_counter()
+        await asyncio.gather(*(lane() for _ in range(PG_WIDTH)))
+        return n / (time.perf_counter() - t0)
+    finally:
+        await services.aclose()
 
 
 async def _pg_table(dsn: str, create: bool) -> None:
@@ -262,6 +295,7 @@ async def postgres(rec: Recorder, sizes: Sizes, runs: int) -> None:
                 await engine_loop(c, watch, pg_loop(20, e), 20)
             for _ in range(runs):
                 rec.add(NAME, "pg_raw_per_s", await raw_pg(PG_DSN, n), "rows/s", higher=True)
+                rec.add(NAME, "pg_tool_per_s", await tool_pg(PG_DSN, n), "rows/s", higher=True)
                 for e, text in texts.items():
                     label = "dist" if e == "distributed" else "local"
                     rec.add(

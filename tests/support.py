@@ -12,16 +12,17 @@ from typing import Any
 import pytest
 
 from noetl.events.memory import MemoryBus
+from noetl.events.port import Bus
 
 
 @asynccontextmanager
-async def running(conn: Any, **worker: Any) -> AsyncIterator[tuple[Any, Any]]:
-    """A server and a worker (``concurrency`` 8 unless given) on ``conn``: a bus port, or a
-    nats-py connection; both stopped at the end, the worker without draining."""
+async def running(bus: Bus, **worker: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """A server and a worker (``concurrency`` 8 unless given) on ``bus``; both stopped at the
+    end, the worker without draining."""
     from noetl.server.service import Server
     from noetl.worker.service import Worker
 
-    server, wk = Server(conn), Worker(conn, **{"concurrency": 8, **worker})
+    server, wk = Server(bus), Worker(bus, **{"concurrency": 8, **worker})
     await server.start()
     await wk.start()
     try:

@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from noetl.events.nats_port import NatsBus
+
 TOKEN = "console-" + uuid.uuid4().hex
 
 
@@ -72,9 +74,10 @@ class ConsoleStack:
         parts: list[Any] = []
         server = worker = None
         try:
-            creds = await CredentialStore.open(nc.jetstream(), generate_key())
-            server = Server(nc, credentials=creds)
-            worker = Worker(nc, concurrency=self.concurrency, credentials=creds)
+            bus = NatsBus(nc)  # the adapter, made once for the stack's services
+            creds = await CredentialStore.open(bus, generate_key())
+            server = Server(bus, credentials=creds)
+            worker = Worker(bus, concurrency=self.concurrency, credentials=creds)
             await server.start()
             await worker.start()
             api = ApiServer(
@@ -84,7 +87,7 @@ class ConsoleStack:
             parts.append(api)
             server.observer = api.collector.observe
             registrar = RuntimeRegistrar(
-                nc.jetstream(),
+                bus,
                 "server",
                 lambda: {"running": len(server.states), "http": api.url},
                 interval=0.5,
@@ -92,7 +95,7 @@ class ConsoleStack:
             )
             await registrar.start()
             parts.append(registrar)
-            worker_ops = await start_operations(nc, "worker", worker, heartbeat=0.5, ttl=3.0)
+            worker_ops = await start_operations(bus, "worker", worker, heartbeat=0.5, ttl=3.0)
             parts.append(worker_ops)
             assert worker_ops.registrar is not None
             self.url, self.worker_id = api.url, worker_ops.registrar.id

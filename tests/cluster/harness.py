@@ -39,6 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from noetl.events.nats_port import NatsBus
 from noetl.host.natsserver import nats_server_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -891,14 +892,16 @@ async def processed_executions(js: Any) -> set[str]:
     from noetl.events import subjects as s
     from noetl.events.bus import read_messages
 
-    msgs = await read_messages(js, s.EVENTS_STREAM, [s.execution_event_filter("*", "playbook.processed")])
+    msgs = await read_messages(
+        NatsBus.of(js), s.EVENTS_STREAM, [s.execution_event_filter("*", "playbook.processed")]
+    )
     return {e.get("execution_id") for _, e in msgs}
 
 
 async def read_events(js: Any, execution_id: str, timeout: float = 20.0) -> list[dict[str, Any]]:
     from noetl.events.bus import read_execution_events
 
-    return await retrying(lambda: read_execution_events(js, execution_id), timeout, attempt=10.0)
+    return await retrying(lambda: read_execution_events(NatsBus.of(js), execution_id), timeout, attempt=10.0)
 
 
 async def output_of(js: Any, execution_id: str, timeout: float = 20.0) -> dict[str, Any]:
@@ -909,7 +912,7 @@ async def output_of(js: Any, execution_id: str, timeout: float = 20.0) -> dict[s
 
     out = execution_output(execution_id, await read_events(js, execution_id, timeout))
     if is_reference(out.get("result")):
-        out["result"] = await resolve(js, out["result"])
+        out["result"] = await resolve(NatsBus.of(js), out["result"])
     return out
 
 

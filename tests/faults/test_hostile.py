@@ -17,6 +17,7 @@ from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
 from noetl.events.bus import connect
 from noetl.events.envelope import dumps, make_event
+from noetl.events.nats_port import NatsBus
 from noetl.events.streams import ensure_all
 from noetl.host.natsserver import NatsServer
 from noetl.server.service import Server
@@ -36,7 +37,8 @@ workflow:
 async def system(fresh_nats: NatsServer) -> AsyncIterator[Any]:
     nc = await connect(fresh_nats.url, name="hostile")
     await ensure_all(nc.jetstream())
-    server, worker = Server(nc), Worker(nc, concurrency=64)
+    bus = NatsBus(nc)
+    server, worker = Server(bus), Worker(bus, concurrency=64)
     await server.start()
     await worker.start()
     try:
@@ -48,7 +50,9 @@ async def system(fresh_nats: NatsServer) -> AsyncIterator[Any]:
 
 
 async def run(nc: Any, playbook: str = GOOD, **extra: Any) -> dict[str, Any]:
-    return await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": playbook, **extra}, timeout=60)
+    return await run_and_wait(
+        NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": playbook, **extra}, timeout=60
+    )
 
 
 async def still_works(nc: Any) -> None:
@@ -61,7 +65,7 @@ async def test_malformed_and_unknown_requests_are_rejected_and_logged(system: An
     await js.publish(s.REQUEST_SUBJECT, b"{not json", headers={"Nats-Msg-Id": "bad-1"})
     await js.publish(s.REQUEST_SUBJECT, b"[1, 2]", headers={"Nats-Msg-Id": "bad-2"})
     out = await run_and_wait(
-        system, {"request_id": uuid.uuid4().hex, "playbook": GOOD, "bogus": 1}, timeout=30
+        NatsBus(system), {"request_id": uuid.uuid4().hex, "playbook": GOOD, "bogus": 1}, timeout=30
     )
     assert out["status"] == "failed" and out["error"]["kind"] == "request_invalid"
     assert "bogus" in out["error"]["message"]

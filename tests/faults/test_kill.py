@@ -18,6 +18,7 @@ from noetl.client.view import execution_output
 from noetl.events import subjects as s
 from noetl.events.envelope import dumps
 from noetl.events.ids import execution_id_for
+from noetl.events.nats_port import NatsBus
 from tests.faults.harness import Cluster, client, count_events
 
 pytestmark = pytest.mark.slow
@@ -74,9 +75,9 @@ async def submit(nc: Any, playbook: str | None = None, *, path: str | None = Non
 
 
 async def finish(nc: Any, execution_id: str, timeout: float = 90) -> dict[str, Any]:
-    await wait_finished(nc, execution_id, timeout)
+    await wait_finished(NatsBus(nc), execution_id, timeout)
     # the notification can come before the stream shows the last events: read until it does
-    return execution_output(execution_id, await complete_log(nc.jetstream(), execution_id))
+    return execution_output(execution_id, await complete_log(NatsBus(nc), execution_id))
 
 
 async def test_sigkill_worker_mid_parallel_loop(cluster: Cluster) -> None:
@@ -139,7 +140,7 @@ async def test_sigkill_server_mid_execution_of_a_playbook_over_1_mib(cluster: Cl
     try:
         js = nc.jetstream()
         await ensure_all(js)
-        await (await Catalog.open(js)).register(text, "big.yaml")
+        await (await Catalog.open(NatsBus.of(js))).register(text, "big.yaml")
         eid = await submit(nc, path="faults/chain")
         await count_events(nc, s.execution_event_filter(eid, "step.done"), lambda n: n >= 5)
         cluster.kill(first)

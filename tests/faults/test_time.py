@@ -21,6 +21,7 @@ import pytest
 from noetl.client.run import finished_event, submit
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events, read_messages
+from noetl.events.nats_port import NatsBus
 from noetl.store.catalog import Catalog
 from noetl.store.schedules import ScheduleStore
 from tests.faults.harness import Cluster, client
@@ -100,7 +101,7 @@ async def _fired(js: Any, name: str) -> list[dict[str, Any]]:
     ``schedule.<name>.<due>``) and the time it was recorded."""
     out = []
     for _, ev in await read_messages(
-        js, s.EVENTS_STREAM, [s.execution_event_filter("*", "playbook.execution.requested")]
+        NatsBus.of(js), s.EVENTS_STREAM, [s.execution_event_filter("*", "playbook.execution.requested")]
     ):
         payload = ev.get("payload") or {}
         if payload.get("schedule") == name:
@@ -125,18 +126,18 @@ async def test_a_timer_fires_after_the_server_is_killed_and_restarted(cluster: C
     nc = await client(cluster.url)
     try:
         js = nc.jetstream()
-        eid = await submit(js, {"request_id": uuid.uuid4().hex, "playbook": HANG, "payload": {}})
+        eid = await submit(NatsBus.of(js), {"request_id": uuid.uuid4().hex, "playbook": HANG, "payload": {}})
 
         async def started() -> bool:
-            return any(e["name"] == "step.started" for e in await read_execution_events(js, eid))
+            return any(e["name"] == "step.started" for e in await read_execution_events(NatsBus.of(js), eid))
 
         await _until(started, 30, cluster)
         assert cluster.kill(server) == -9
         await asyncio.sleep(0.5)
         _server(cluster)
-        fin = await _until(lambda: finished_event(js, eid), 30, cluster)
+        fin = await _until(lambda: finished_event(NatsBus.of(js), eid), 30, cluster)
         assert fin["payload"]["status"] == "success" and fin["payload"]["result"] == "routed"
-        events = await read_execution_events(js, eid)
+        events = await read_execution_events(NatsBus.of(js), eid)
         assert [e["name"] for e in events].count("timer.fired") == 1
         failed = [e for e in events if e["name"] == "step.failed" and e["source"] == "server"]
         assert failed[0]["payload"]["error"]["kind"] == "step_timeout"
@@ -153,8 +154,8 @@ async def test_a_schedule_fires_once_per_due_time_with_two_replicas_one_killed(c
     nc = await client(cluster.url)
     try:
         js = nc.jetstream()
-        await (await Catalog.open(js)).register(TICK)
-        store = await ScheduleStore.open(js)
+        await (await Catalog.open(NatsBus.of(js))).register(TICK)
+        store = await ScheduleStore.open(NatsBus.of(js))
         sch = await store.add("tick", path="faults/tick", cron="*/2 * * * * *", timezone="Europe/Paris")
         assert "error" not in sch, sch
         await asyncio.sleep(5)
@@ -166,7 +167,9 @@ async def test_a_schedule_fires_once_per_due_time_with_two_replicas_one_killed(c
         requested = [
             ev
             for _, ev in await read_messages(
-                js, s.EVENTS_STREAM, [s.execution_event_filter("*", "playbook.execution.requested")]
+                NatsBus.of(js),
+                s.EVENTS_STREAM,
+                [s.execution_event_filter("*", "playbook.execution.requested")],
             )
             if (ev.get("payload") or {}).get("schedule") == "tick"
         ]
@@ -177,7 +180,7 @@ async def test_a_schedule_fires_once_per_due_time_with_two_replicas_one_killed(c
         gaps = {(b - a).total_seconds() for a, b in itertools.pairwise(due)}
         assert gaps == {2.0}, (due, cluster.output())
         for eid in per_execution:
-            fin = await _until(lambda e=eid: finished_event(js, e), 15, cluster)
+            fin = await _until(lambda e=eid: finished_event(NatsBus.of(js), e), 15, cluster)
             assert fin["payload"]["status"] == "success"
     finally:
         await nc.close()
@@ -194,8 +197,8 @@ async def test_after_every_server_was_down_one_missed_fire_is_caught_up_then_fir
     nc = await client(cluster.url)
     try:
         js = nc.jetstream()
-        await (await Catalog.open(js)).register(TICK)
-        store = await ScheduleStore.open(js)
+        await (await Catalog.open(NatsBus.of(js))).register(TICK)
+        store = await ScheduleStore.open(NatsBus.of(js))
         await _until(lambda: _taking_fires(js), 30, cluster)
         base = math.ceil(time.time()) + 1
         offsets = {"before": (0, 1), "missed": (3, 4), "caught_up": (5,), "after": (9, 10)}
@@ -255,8 +258,8 @@ async def test_overlap_skip_never_runs_two_executions_of_a_schedule_at_once(clus
     nc = await client(cluster.url)
     try:
         js = nc.jetstream()
-        await (await Catalog.open(js)).register(SLEEPY)
-        store = await ScheduleStore.open(js)
+        await (await Catalog.open(NatsBus.of(js))).register(SLEEPY)
+        store = await ScheduleStore.open(NatsBus.of(js))
         await _until(lambda: _taking_fires(js), 30, cluster)
         sch = await store.add("sleepy", path="faults/sleepy", cron="* * * * * *", overlap="skip")
         assert "error" not in sch, sch
@@ -270,7 +273,7 @@ async def test_overlap_skip_never_runs_two_executions_of_a_schedule_at_once(clus
         fired = await _fired(js, "sleepy")
         finished = {}
         for f in fired:
-            fin = await _until(lambda e=f["execution_id"]: finished_event(js, e), 15, cluster)
+            fin = await _until(lambda e=f["execution_id"]: finished_event(NatsBus.of(js), e), 15, cluster)
             assert fin["payload"]["status"] == "success", fin
             finished[f["execution_id"]] = datetime.fromisoformat(fin["timestamp"].replace("Z", "+00:00"))
         runs = sorted((f["recorded"], finished[f["execution_id"]], f["due"]) for f in fired)

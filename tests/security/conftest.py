@@ -17,6 +17,7 @@ import pytest
 
 from noetl.events import subjects as s
 from noetl.events.bus import read_messages
+from noetl.events.nats_port import NatsBus
 from noetl.server.api import ApiServer
 from noetl.server.api.launch import start_operations
 from noetl.server.service import Server
@@ -52,7 +53,7 @@ class Deployment:
 
     async def all_events(self) -> list[dict[str, Any]]:
         """Every event in the log: what anyone who may read ``noetl.events.>`` sees."""
-        return [ev for _, ev in await read_messages(self.nc.jetstream(), s.EVENTS_STREAM, ["noetl.events.>"])]
+        return [ev for _, ev in await read_messages(NatsBus(self.nc), s.EVENTS_STREAM, ["noetl.events.>"])]
 
     async def events_of(self, execution_id: str, name: str, at_least: int = 1) -> list[dict[str, Any]]:
         """The execution's events called ``name``, once there are ``at_least`` (10 s at most)."""
@@ -93,17 +94,18 @@ async def deployment(nc: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         {"name": "bob", "token": BOB, "role": "operator", "namespaces": ["team_b"]},
         {"name": "vera", "token": VIEWER, "role": "viewer", "namespaces": ["team_a", "team_b"]},
     ]}))
-    creds = await CredentialStore.open(nc.jetstream(), generate_key())
+    creds = await CredentialStore.open(NatsBus(nc), generate_key())
     cred, secret = f"team_a_{uuid.uuid4().hex[:6]}", "sek-" + uuid.uuid4().hex
     await creds.put(cred, "secret", {"value": secret}, {"paths": ["team_a/"]})
-    server, worker = Server(nc, credentials=creds), Worker(nc, concurrency=4, credentials=creds)
+    bus = NatsBus(nc)
+    server, worker = Server(bus, credentials=creds), Worker(bus, concurrency=4, credentials=creds)
     await server.start()
     await worker.start()
     api = ApiServer(server.bus, server.requests, server.catalog, creds, host="127.0.0.1", port=0, token="",
                     admin_token="", auth_file=str(auth))
     await api.start()
     monkeypatch.setenv("NOETL_AUTH_FILE", str(auth))  # what `noetl server --auth-file` sets
-    ops = await start_operations(nc, "server", server, http_port=-1)  # the NATS service
+    ops = await start_operations(NatsBus(nc), "server", server, http_port=-1)  # the NATS service
     try:
         yield Deployment(api, nc, cred, secret)
     finally:

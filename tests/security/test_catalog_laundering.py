@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from noetl.dsl.cache import digest_of
+from noetl.events.nats_port import NatsBus
 from noetl.store.catalog import Catalog
 from tests.security.conftest import ALICE, BOB, EXFILTRATE, ROOT, Deployment
 
@@ -46,7 +47,7 @@ async def test_paths_map_to_keys_injectively(deployment: Deployment) -> None:
         assert (await root.post("/api/catalog", json={"playbook": other})).status_code == 201
         assert (await alice.get("/api/catalog/team_a/job")).text == job
         assert (await root.get("/api/catalog/team.a/job")).text == other
-    catalog = await Catalog.open(dep.nc.jetstream())
+    catalog = await Catalog.open(NatsBus(dep.nc))
     for path in ("team a/job", "team=2Ea/job", "tëam/job", "x/latest"):
         await catalog.register(exfil(dep, path))
     assert await catalog.get("team_a/job") == job
@@ -78,7 +79,7 @@ async def test_a_scope_pinned_to_a_digest_refuses_other_text(deployment: Deploym
     rewritten = reviewed.replace("| reverse | join", "| list | join('-')")
     async with dep.http(ALICE) as alice:
         assert (await alice.post("/api/catalog", json={"playbook": reviewed})).status_code == 201
-    store = await CredentialStore.open(dep.nc.jetstream())
+    store = await CredentialStore.open(NatsBus(dep.nc))
     record = await store._record(dep.cred)
     assert record is not None
     record["scope"] = {"paths": ["team_a/"], "inline": False, "digests": [digest_of(reviewed)]}

@@ -11,6 +11,7 @@ import pytest
 
 from noetl.cli.main import build_parser
 from noetl.events.bus import connect, read_messages
+from noetl.events.nats_port import NatsBus
 from noetl.host.natsserver import NatsServer
 from noetl.store.audit import AUDIT_STREAM, CREDENTIALS_AUDIT_SUBJECT
 from noetl.store.credentials import CredentialStore, generate_key
@@ -28,7 +29,7 @@ async def test_anonymous_credential_writes_are_refused(
 ) -> None:
     monkeypatch.setenv("NOETL_CREDENTIALS_KEY", generate_key())
     name, secret = f"cli_{uuid.uuid4().hex[:6]}", "sek-" + uuid.uuid4().hex
-    store = await CredentialStore.open(nc.jetstream())
+    store = await CredentialStore.open(NatsBus(nc))
     await store.put(name, "secret", {"value": secret})
     rc, _, err = await cli(nc, capsys, "credentials", "delete", name)
     assert rc == 2 and "anonymous" in err
@@ -54,7 +55,7 @@ async def test_credential_writes_name_their_nats_user(capsys: Any, monkeypatch: 
             assert rc == 0 and secret not in out + err, err
             rc, _, err = await cli(nc, capsys, "credentials", "delete", name)
             assert rc == 0, err
-            stored = await read_messages(nc.jetstream(), AUDIT_STREAM, [CREDENTIALS_AUDIT_SUBJECT])
+            stored = await read_messages(NatsBus(nc), AUDIT_STREAM, [CREDENTIALS_AUDIT_SUBJECT])
             records = [r for _, r in stored]
             mine = [(r["action"], r["who"]) for r in records if r["credential"] == name]
             assert mine == [("credential.put", "nats-user:ops"), ("credential.delete", "nats-user:ops")], mine

@@ -160,7 +160,9 @@ async def test_the_cli_sets_a_scopes_inputs(nc: Any, capsys: pytest.CaptureFixtu
     rc, _, err = await cli(nc, capsys, "credentials", "set", name, "--data", data, "--scope", "team_a/",
                              "--inputs", inputs, "--anonymous")
     assert rc == 0, err
-    store = await CredentialStore.open(nc.jetstream())
+    from noetl.events.nats_port import NatsBus
+
+    store = await CredentialStore.open(NatsBus(nc))
     assert (await store.scope(name)) == {"paths": ["team_a/"], "inline": False, "inputs": json.loads(inputs)}
     no_inputs = ("--no-inputs", "--anonymous")
     rc, _, err = await cli(nc, capsys, "credentials", "set", name, "--data", data, *no_inputs)

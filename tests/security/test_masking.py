@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from noetl.events.masking import Masker, weak_secret_problem
+from noetl.events.nats_port import NatsBus
 from tests.security.conftest import ALICE, ROOT, Deployment
 
 PASSWORD = "p@ss W0rd's \"x\"-77"
@@ -127,7 +128,7 @@ async def test_a_playbook_printing_its_dsn_leaks_nothing(deployment: Deployment,
     from noetl.store.credentials import CredentialStore
 
     dep = deployment
-    store = await CredentialStore.open(nc.jetstream())
+    store = await CredentialStore.open(NatsBus(nc))
     record = await store._record(dep.cred)
     assert record is not None
     # a second credential in the same scope, a postgres DSN (the store is keyed by the fixture's key)

@@ -18,10 +18,12 @@ import pytest
 import yaml
 
 from noetl.events.bus import connect
+from noetl.events.nats_port import NatsBus
 from noetl.host.natsserver import NatsServer
 from noetl.server.api.launch import start_operations
 from noetl.server.service import Server
 from noetl.store.catalog import Catalog
+from noetl.store.credentials import generate_key
 from noetl.worker.service import Worker
 
 helm = pytest.importorskip("helm_python", reason="the chart renders with the `helm` extra")
@@ -71,13 +73,14 @@ async def secured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
         monkeypatch.setenv("NOETL_NATS_USER", "noetl")
         monkeypatch.setenv("NOETL_NATS_PASSWORD", SVC_PW)
         monkeypatch.setenv("NOETL_AUTH_FILE", str(tmp_path / "auth.yaml"))
+        monkeypatch.setenv("NOETL_CREDENTIALS_KEY", generate_key())
         nc = await connect(ns.url, name="noetl-service")
-        server, worker = Server(nc), Worker(nc, concurrency=2)
+        server, worker = Server(NatsBus(nc)), Worker(NatsBus(nc), concurrency=2)
         await server.start()
         await worker.start()
-        ops = await start_operations(nc, "server", server, http_port=-1)
-        await Catalog.open(nc.jetstream())
-        await (await Catalog.open(nc.jetstream())).register(HELLO)
+        ops = await start_operations(NatsBus(nc), "server", server, http_port=-1)
+        await Catalog.open(NatsBus(nc))
+        await (await Catalog.open(NatsBus(nc))).register(HELLO)
         monkeypatch.delenv("NOETL_NATS_USER")
         monkeypatch.delenv("NOETL_NATS_PASSWORD")
         try:
@@ -130,7 +133,7 @@ async def test_a_principals_nats_user_reaches_only_the_checked_service(secured: 
         assert await root.jetstream().key_value("noetl_catalog") is not None
     finally:
         await root.close()
-    text = await (await Catalog.open(secured["nc"].jetstream())).get("team_a/hello")
+    text = await (await Catalog.open(NatsBus(secured["nc"]))).get("team_a/hello")
     assert text == HELLO
     _ = yaml  # the auth file is YAML; parsed by the server
 
@@ -218,3 +221,76 @@ async def test_noetl_exec_as_a_principal(secured: dict[str, Any]) -> None:
     assert plan["from_steps"] == ["start"] and "execution_id" not in plan, plan
     rerun = await noetl("rerun", eid, "--from", "start", "--json")
     assert rerun.returncode == 0 and json.loads(rerun.stdout)["execution_id"] != eid, rerun.stderr
+
+
+async def test_the_cli_reads_and_manages_credentials_as_a_principal(secured: dict[str, Any]) -> None:
+    """`noetl events`, `logs`, `executions`, `catalog show` and `credentials` with `NOETL_TOKEN`
+    go through the checked NATS service: from alice's NATS user (which may not read a stream or a
+    bucket) they work in team_a, show nothing of team_b, and a credential write is an admin's,
+    audited under the principal's name. Before, each of them read the streams and buckets itself
+    and failed for alice's NATS user, or, for a user with wider NATS rights, saw every namespace."""
+    import os
+    import subprocess
+    import sys
+
+    from noetl.store.audit import AUDIT_STREAM
+
+    catalog = await Catalog.open(NatsBus(secured["nc"]))
+    await catalog.register(HELLO.replace("team_a/hello", "team_b/hello"))
+    root = await _as(secured["url"], "root", ROOT_PW)
+    try:
+        started = {}
+        for token, path in ((ROOT_TOKEN, "team_b/hello"), (ALICE_TOKEN, "team_a/hello")):
+            msg = await root.request("noetl.api.execute", json.dumps({"path": path}).encode(), timeout=10,
+                                     headers={"Authorization": f"Bearer {token}"})
+            started[path] = json.loads(msg.data)["execution_id"]
+    finally:
+        await root.close()
+
+    def env(user: str, password: str, token: str) -> dict[str, str]:
+        return {**os.environ, "NOETL_NATS_USER": user, "NOETL_NATS_PASSWORD": password,
+                "NOETL_NATS_INBOX_PREFIX": f"_INBOX_{user}", "NOETL_TOKEN": token}
+
+    async def noetl(who: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "noetl.cli.main", *argv, "--nats-url", secured["url"]]
+        run = subprocess.run
+        return await asyncio.to_thread(run, cmd, capture_output=True, text=True, timeout=60, env=who)
+
+    alice, admin = env("alice", ALICE_PW, ALICE_TOKEN), env("root", ROOT_PW, ROOT_TOKEN)
+    mine, theirs = started["team_a/hello"], started["team_b/hello"]
+    got = await noetl(alice, "events", mine, "--follow", "--json", "--timeout", "30")
+    names = [json.loads(line)["name"] for line in got.stdout.splitlines()]
+    assert got.returncode == 0 and names[0] == "playbook.execution.requested", got.stderr
+    assert names[-1] == "playbook.processed", names
+    got = await noetl(alice, "events", theirs)
+    assert got.returncode == 1 and "not_found" in got.stderr and not got.stdout, got
+    got = await noetl(alice, "logs", theirs)
+    assert got.returncode == 2 and "not_found" in got.stderr, got
+    assert (await noetl(alice, "logs", mine, "--json")).returncode == 0
+    listed = await noetl(alice, "executions", "--json")
+    ids = [e["execution_id"] for e in json.loads(listed.stdout)["executions"]]
+    assert listed.returncode == 0 and mine in ids and theirs not in ids, (listed.stderr, ids, theirs)
+    shown = await noetl(alice, "catalog", "show", "team_a/hello")
+    assert shown.returncode == 0 and "team_a/hello" in shown.stdout, shown.stderr
+    shown = await noetl(alice, "catalog", "show", "team_b/hello")
+    assert shown.returncode == 1 and "team_b" not in shown.stdout, shown
+
+    secret = ["--data", json.dumps({"token": "t0k-" + uuid.uuid4().hex})]
+    refused = await noetl(alice, "credentials", "set", "stolen", "--kind", "bearer", *secret)
+    assert refused.returncode == 2 and "forbidden" in refused.stderr, refused
+    stored = await noetl(admin, "credentials", "set", "api_token", "--kind", "bearer", *secret)
+    assert stored.returncode == 0 and json.loads(stored.stdout)["stored"] is True, stored.stderr
+    listed = await noetl(alice, "credentials", "list")
+    assert listed.returncode == 0 and listed.stdout.split() == ["api_token", "bearer"], listed
+    assert (await noetl(alice, "credentials", "delete", "api_token")).returncode == 2
+    assert (await noetl(admin, "credentials", "delete", "api_token")).returncode == 0
+    js = secured["nc"].jetstream()
+    records = []
+    info = await js.stream_info(AUDIT_STREAM)
+    sub = await js.pull_subscribe("noetl.audit.credentials", stream=AUDIT_STREAM)
+    for m in await sub.fetch(info.state.messages, timeout=5):
+        records.append(json.loads(m.data))
+    seen = [(r.get("action"), r.get("who"), r.get("outcome")) for r in records]
+    assert ("credential.put", "alice", "denied") in seen, seen
+    assert ("credential.put", "root", "stored") in seen, seen
+    assert ("credential.delete", "root", "deleted") in seen, seen

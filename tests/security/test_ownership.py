@@ -14,6 +14,7 @@ from typing import Any
 from noetl.events import subjects as s
 from noetl.events.bus import read_messages
 from noetl.events.ids import execution_id_for
+from noetl.events.nats_port import NatsBus
 from noetl.store.audit import AUDIT_STREAM
 from tests.security.conftest import ALICE, BOB, ROOT, VIEWER, Deployment
 
@@ -69,7 +70,7 @@ async def test_another_namespace_cannot_see_or_touch_an_execution(deployment: De
     grant = {"name": "alice", "role": "operator", "namespaces": ["team_a"]}
     assert requested["payload"]["principal"] == grant
     assert requested["payload"]["namespace"] == "team_a"
-    audit = [r for _, r in await read_messages(dep.nc.jetstream(), AUDIT_STREAM, ["noetl.audit.actions"])]
+    audit = [r for _, r in await read_messages(NatsBus(dep.nc), AUDIT_STREAM, ["noetl.audit.actions"])]
     assert any(
         r["action"] == "signal" and r["principal"] == "alice" and r["target"].startswith(eid) for r in audit
     )
@@ -199,7 +200,7 @@ async def test_console_actions_are_audited_with_their_principal(deployment: Depl
                              ("cancel", {})):
             r = await browser.post(f"/ui/executions/{eid}/{action}", data=form, headers=same)
             assert r.status_code in (200, 303), (action, r.status_code, r.text[:300])
-    audit = [r for _, r in await read_messages(dep.nc.jetstream(), AUDIT_STREAM, ["noetl.audit.actions"])]
+    audit = [r for _, r in await read_messages(NatsBus(dep.nc), AUDIT_STREAM, ["noetl.audit.actions"])]
     mine = [r for r in audit if r.get("via") == "console" and r["target"].startswith(eid)]
     assert {(r["action"], r["principal"], r["outcome"]) for r in mine} >= {
         ("pause", "alice", "done"), ("resume", "alice", "done"), ("signal", "alice", "done"),

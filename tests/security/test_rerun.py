@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from noetl.events.bus import read_messages
+from noetl.events.nats_port import NatsBus
 from noetl.store.audit import AUDIT_STREAM
 from tests.security.conftest import ALICE, BOB, ROOT, VIEWER, Deployment
 
@@ -112,7 +113,7 @@ async def test_a_rerun_is_the_callers_and_checked_where_it_runs(deployment: Depl
     assert requested["principal"]["name"] == "alice" and requested["namespace"] == "team_a", requested
     forked = await dep.events_of(new_id, "execution.forked")
     assert forked and forked[0]["payload"]["from_execution_id"] == eid
-    audit = [r for _, r in await read_messages(dep.nc.jetstream(), AUDIT_STREAM, ["noetl.audit.actions"])]
+    audit = [r for _, r in await read_messages(NatsBus(dep.nc), AUDIT_STREAM, ["noetl.audit.actions"])]
     assert any(
         r["action"] == "rerun" and r["principal"] == "alice" and r["target"] == eid and r["outcome"] == "done"
         for r in audit

@@ -13,11 +13,12 @@ import pytest
 from noetl.cli.analysis_run import graph
 from noetl.cli.suite import run_suite
 from noetl.client.run import run_and_wait
+from noetl.events.nats_port import NatsBus
 from tests.service.test_replay import ROUTE
 
 
 async def test_graph_of_an_execution(nc, nats_server, services, tmp_path: Path, capsys) -> None:
-    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
+    out = await run_and_wait(NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
     f = tmp_path / "route.yaml"
     f.write_text(ROUTE)
     ns = argparse.Namespace(
@@ -99,7 +100,7 @@ def _graph_args(file: Path | None, execution: str, url: str) -> argparse.Namespa
 async def test_graph_refuses_a_file_that_is_not_the_executions_playbook(
     nc, nats_server, services, tmp_path: Path, capsys
 ) -> None:
-    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
+    out = await run_and_wait(NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
     other = tmp_path / "other.yaml"
     other.write_text(ROUTE.replace("path: tests/route}", "path: tests/other, version: '2'}"))
     assert await graph(_graph_args(other, out["execution_id"], nats_server.url)) == 2
@@ -125,11 +126,11 @@ async def test_graph_without_file_draws_the_catalog_playbook_the_execution_ran(
     from noetl.dsl.errors import CatalogConflictError
     from noetl.store.catalog import Catalog
 
-    catalog = await Catalog.open(nc.jetstream())
+    catalog = await Catalog.open(NatsBus(nc))
     text = ROUTE.replace("path: tests/route}", "path: tests/graph_catalog, version: '3'}")
     await catalog.register(text, "graph_catalog.yaml")
     request = {"request_id": uuid.uuid4().hex, "path": "tests/graph_catalog", "version": "3"}
-    out = await run_and_wait(nc, request, timeout=30)
+    out = await run_and_wait(NatsBus(nc), request, timeout=30)
     assert out["status"] == "success"
     # a newer text registered under the same path later does not change what is drawn (under the
     # same version it is refused: a version is never replaced)
@@ -145,7 +146,7 @@ async def test_graph_without_file_draws_the_catalog_playbook_the_execution_ran(
     assert capsys.readouterr().out == drawn
     assert 's1 -->|"fired 1x"| s3' in drawn and "<b>big</b><br/>1 task<br/>not run" in drawn
     # an inline playbook's text is kept by its request event
-    inline = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
+    inline = await run_and_wait(NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
     assert await graph(_graph_args(None, inline["execution_id"], nats_server.url)) == 0
     assert capsys.readouterr().out.startswith("flowchart TD\n")
 

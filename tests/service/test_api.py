@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from noetl.events.nats_port import NatsBus
 from noetl.events.runtime import RuntimeRegistrar
 from noetl.server.api import ApiServer
 from noetl.server.api.launch import start_operations
@@ -63,8 +64,9 @@ workflow:
 
 @pytest.fixture
 async def stack(nc) -> AsyncIterator[dict[str, Any]]:
-    creds = await CredentialStore.open(nc.jetstream(), generate_key())
-    server, worker = Server(nc, credentials=creds), Worker(nc, concurrency=4, credentials=creds)
+    creds = await CredentialStore.open(NatsBus(nc), generate_key())
+    bus = NatsBus(nc)
+    server, worker = Server(bus, credentials=creds), Worker(bus, concurrency=4, credentials=creds)
     await server.start()
     await worker.start()
     api = ApiServer(
@@ -73,7 +75,7 @@ async def stack(nc) -> AsyncIterator[dict[str, Any]]:
     )
     await api.start()
     server.observer = api.collector.observe  # as start_operations wires them
-    worker_ops = await start_operations(nc, "worker", worker, heartbeat=0.2, ttl=2.0)
+    worker_ops = await start_operations(NatsBus(nc), "worker", worker, heartbeat=0.2, ttl=2.0)
     auth = {"Authorization": f"Bearer {TOKEN}"}
     async with httpx.AsyncClient(base_url=api.url, headers=auth, timeout=30) as http:
         try:
@@ -236,7 +238,7 @@ async def test_auth_401_without_token_and_probes_open(stack) -> None:
 async def audit_records(nc: Any) -> list[dict[str, Any]]:
     from noetl.events.bus import read_messages
 
-    return [r for _, r in await read_messages(nc.jetstream(), AUDIT_STREAM, [CREDENTIALS_AUDIT_SUBJECT])]
+    return [r for _, r in await read_messages(NatsBus(nc), AUDIT_STREAM, [CREDENTIALS_AUDIT_SUBJECT])]
 
 
 async def test_credentials_api_with_audit(stack) -> None:
@@ -330,7 +332,7 @@ async def test_a_credential_is_used_only_within_its_scope(stack) -> None:
 async def test_runtime_lists_live_processes(stack) -> None:
     http, nc = stack["http"], stack["nc"]
     reg = RuntimeRegistrar(
-        nc.jetstream(), "worker", lambda: {"pool": "api-test", "concurrency": 3, "running": 1}
+        NatsBus(nc), "worker", lambda: {"pool": "api-test", "concurrency": 3, "running": 1}
     )
     await reg.start()
     try:

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from noetl.events.nats_port import NatsBus
 from noetl.server.api import ApiServer
 from noetl.server.service import Server
 from noetl.store.credentials import CredentialStore, generate_key
@@ -44,8 +45,11 @@ workflow:
 
 @pytest.fixture
 async def http(nc: Any) -> AsyncIterator[httpx.AsyncClient]:
-    creds = await CredentialStore.open(nc.jetstream(), generate_key())
-    server, worker = Server(nc, credentials=creds), Worker(nc, concurrency=4, credentials=creds)
+    creds = await CredentialStore.open(NatsBus(nc), generate_key())
+    server, worker = (
+        Server(NatsBus(nc), credentials=creds),
+        Worker(NatsBus(nc), concurrency=4, credentials=creds),
+    )
     await server.start()
     await worker.start()
     api = ApiServer(server.bus, server.requests, server.catalog, creds, host="127.0.0.1", port=0, token=TOKEN)

@@ -15,10 +15,10 @@ import pytest
 
 from noetl.events.port import (
     BusError,
+    BusRefusedError,
     KeyExistsError,
     NoStreamError,
     QueueConfig,
-    RefusedError,
     RevisionMismatchError,
     StreamConfig,
     subject_matches,
@@ -216,10 +216,10 @@ async def test_a_message_over_max_payload_is_refused_for_good(bus: Any) -> None:
     stream, prefix = _names()
     await bus.add_stream(StreamConfig(stream, (f"{prefix}.>",)))
     big = b"x" * (8 * 1024 * 1024 + 1)  # over any nats-server's max_payload (8 MiB at most)
-    with pytest.raises(RefusedError):
+    with pytest.raises(BusRefusedError):
         await bus.publish(f"{prefix}.big", big)
     box = bus.outbox()
-    with pytest.raises(RefusedError):
+    with pytest.raises(BusRefusedError):
         await box.send(f"{prefix}.big", big, "big-1", ack=True)
         await box.confirm()
 

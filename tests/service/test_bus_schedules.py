@@ -19,7 +19,7 @@ import pytest
 
 from noetl.events.consume import consume
 from noetl.events.memory import MemoryBus
-from noetl.events.port import Delivery, Message, QueueConfig, RefusedError, StreamConfig
+from noetl.events.port import BusRefusedError, Delivery, Message, QueueConfig, StreamConfig
 from noetl.store.schedules import fire_time
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d)$")
@@ -36,7 +36,7 @@ async def _stream(bus: Any, *, work_queue: bool = False) -> tuple[str, str]:
 async def test_a_stream_not_declared_for_schedules_refuses_a_definition(bus: Any) -> None:
     tag = uuid.uuid4().hex[:8]
     await bus.add_stream(StreamConfig(f"PLAIN_{tag}", (f"plain{tag}.>",)))
-    with pytest.raises(RefusedError):
+    with pytest.raises(BusRefusedError):
         headers = {**_at(5), "Nats-Schedule-Target": f"plain{tag}.due"}
         await bus.publish(f"plain{tag}.at", b"x", headers=headers)
 
@@ -169,7 +169,7 @@ async def test_a_schedule_nats_would_not_take_is_refused(bus: Any, headers: dict
     subject = f"{p}.def.one"
     target = headers.get("Nats-Schedule-Target", f"{p}.fire.one")
     target = subject if target == "SELF" else target.replace("WILD", p)
-    with pytest.raises(RefusedError):
+    with pytest.raises(BusRefusedError):
         await bus.publish(subject, b"x", headers={**headers, "Nats-Schedule-Target": target})
     assert await bus.count(stream) == 0
 

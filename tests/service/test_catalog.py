@@ -71,7 +71,7 @@ async def test_unknown_digest_is_none(bus: Any) -> None:
 async def test_a_nats_jetstream_context_is_taken_as_its_bus(nc: Any) -> None:
     js = nc.jetstream()
     await ensure_all(js)
-    assert await (await Catalog.open(js)).get_by_digest("0" * 64) is None
+    assert await (await Catalog.open(NatsBus.of(js))).get_by_digest("0" * 64) is None
 
 
 async def test_request_event_gets_its_text_by_digest(bus: Any) -> None:

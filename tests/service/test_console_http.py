@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from noetl.events.nats_port import NatsBus
 from noetl.server.api import ApiServer
 from noetl.server.api.auth import session_value
 from noetl.server.service import Server
@@ -30,8 +31,8 @@ workflow:
 
 
 async def _api(nc: Any, token: str | None, admin: str | None) -> AsyncIterator[tuple[ApiServer, Server]]:
-    creds = await CredentialStore.open(nc.jetstream(), generate_key())
-    server = Server(nc, credentials=creds)
+    creds = await CredentialStore.open(NatsBus(nc), generate_key())
+    server = Server(NatsBus(nc), credentials=creds)
     await server.start()
     api = ApiServer(
         server.bus, server.requests, server.catalog, creds,
@@ -147,10 +148,11 @@ async def test_an_execution_page_shows_what_its_tasks_printed(nc: Any, api: ApiS
     from noetl.client.run import run_and_wait
     from noetl.worker.service import Worker
 
-    worker = Worker(nc, concurrency=2)
+    worker = Worker(NatsBus(nc), concurrency=2)
     await worker.start()
     try:
-        out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": PRINTS}, timeout=30)
+        request = {"request_id": uuid.uuid4().hex, "playbook": PRINTS}
+        out = await run_and_wait(NatsBus(nc), request, timeout=30)
     finally:
         await worker.stop(drain=False)
     assert out["status"] == "success", out.get("error")
@@ -188,9 +190,9 @@ async def test_a_waiting_scheduled_execution_is_shown_and_signalled_from_the_con
     from noetl.worker.service import Worker
 
     js = nc.jetstream()
-    worker = Worker(nc, concurrency=2)
+    worker = Worker(NatsBus(nc), concurrency=2)
     await worker.start()
-    store = await ScheduleStore.open(js)
+    store = await ScheduleStore.open(NatsBus.of(js))
     jar = {"noetl_session": session_value(TOKEN)}
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     started: list[str] = []
@@ -202,7 +204,7 @@ async def test_a_waiting_scheduled_execution_is_shown_and_signalled_from_the_con
             assert "error" not in sch, sch
 
             async def scheduled() -> list[dict[str, Any]]:
-                out = await list_executions(js, limit=1000)
+                out = await list_executions(NatsBus.of(js), limit=1000)
                 return [e for e in out["executions"] if e["schedule"] == "approvals"]
 
             first = (await _until(scheduled))[-1]
@@ -275,9 +277,9 @@ async def test_a_waiting_scheduled_execution_is_shown_and_signalled_from_the_con
             for _ in range(2):
                 r = await http.post(f"/ui/executions/{eid}/signal", data=form, headers=same)
                 assert r.status_code == 303 and r.headers["location"] == f"/ui/executions/{eid}"
-            fin = await _until(lambda: finished_event(js, eid))
+            fin = await _until(lambda: finished_event(NatsBus.of(js), eid))
             assert fin["payload"]["status"] == "success" and fin["payload"]["result"] == "shipped", fin
-            names = [e["name"] for e in await read_execution_events(js, eid)]
+            names = [e["name"] for e in await read_execution_events(NatsBus.of(js), eid)]
             assert names.count("signal.received") == 1 and names.count("execution.paused") == 1, names
             page = (await http.get(f"/ui/executions/{eid}")).text
             assert 'id="signal-name"' not in page and 'id="waiting"' not in page
@@ -286,6 +288,6 @@ async def test_a_waiting_scheduled_execution_is_shown_and_signalled_from_the_con
     finally:
         await store.delete("approvals")
         for other in started:
-            if await finished_event(js, other) is None:
-                await cancel(js, other, "test over")
+            if await finished_event(NatsBus.of(js), other) is None:
+                await cancel(NatsBus.of(js), other, "test over")
         await worker.stop(drain=False)

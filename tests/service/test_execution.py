@@ -18,6 +18,7 @@ import pytest
 from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
 from noetl.events.bus import read_messages
+from noetl.events.nats_port import NatsBus
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -185,7 +186,7 @@ async def test_checkpoints_are_written_sparingly_and_catch_up_when_idle(nc, serv
         steps.append(step)
     doc = {"apiVersion": "noetl.io/v2", "kind": "Playbook", "metadata": {"name": "c30"}, "workflow": steps}
     text = json.dumps(doc)
-    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": text}, timeout=30)
+    out = await run_and_wait(NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": text}, timeout=30)
     assert out["status"] == "success" and out["result"] == 29
     written = (await js.stream_info(kv_stream)).state.last_seq - before
     assert written < 15  # 31 inputs (the request and 30 step.done) decided one at a time
@@ -199,8 +200,9 @@ async def test_checkpoints_are_written_sparingly_and_catch_up_when_idle(nc, serv
         await asyncio.sleep(0.5)
         inputs = await js.stream_info(s.EVENTS_STREAM)
         entry = await kv.get(s.checkpoint_key(partition))
-        filters = s.partition_input_filters(partition)
-        last_input = max(seq for seq, e in await read_messages(js, s.EVENTS_STREAM, filters) if e)
+        inputs_of = s.partition_input_filters(partition)
+        read = await read_messages(NatsBus.of(js), s.EVENTS_STREAM, inputs_of)
+        last_input = max(seq for seq, e in read if e)
         seen.append((int(entry.value or b"0"), last_input))
         if int(entry.value or b"0") == last_input:
             break
@@ -224,7 +226,7 @@ async def test_a_noop_iteration_writes_few_event_bytes(nc, services) -> None:
     (envelope, subject, headers), and the JSON bytes of each per-iteration event."""
     js = nc.jetstream()
     before = (await js.stream_info(s.EVENTS_STREAM)).state.bytes
-    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": NOOP_LOOP}, timeout=60)
+    out = await run_and_wait(NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": NOOP_LOOP}, timeout=60)
     assert out["status"] == "success" and len(out["result"]) == 200
     stored = (await js.stream_info(s.EVENTS_STREAM)).state.bytes - before
     per_iteration = stored / 200

@@ -123,17 +123,17 @@ async def test_two_servers_deciding_the_same_partitions_decide_once(fresh_nats: 
     """The overlap a lease hand-over can leave (the old owner still storing what it decided) at its
     worst: two servers decide every input of every partition. Deterministic ids keep one copy."""
     nc = await connect(fresh_nats.url)
-    servers = [Server(nc, partitions=4, owned=[0, 1, 2, 3]) for _ in range(2)]
-    worker = Worker(nc, concurrency=8)
+    servers = [Server(NatsBus(nc), partitions=4, owned=[0, 1, 2, 3]) for _ in range(2)]
+    worker = Worker(NatsBus(nc), concurrency=8)
     try:
         for srv in servers:
             await srv.start()
         await worker.start()
         requests = [{"request_id": uuid.uuid4().hex, "playbook": LOOP} for _ in range(4)]
-        outs = await asyncio.gather(*(run_and_wait(nc, r, timeout=60) for r in requests))
+        outs = await asyncio.gather(*(run_and_wait(NatsBus(nc), r, timeout=60) for r in requests))
         for out in outs:
             assert out["status"] == "success" and out["result"] == sum(i * 2 for i in range(20)), out
-            events = await read_execution_events(nc.jetstream(), out["execution_id"])
+            events = await read_execution_events(NatsBus(nc), out["execution_id"])
             scheduled = Counter(e["step_run_id"] for e in events if e["name"] == "step.scheduled")
             terminal = Counter(
                 (e["step_run_id"], (e.get("payload") or {}).get("index"))
@@ -157,14 +157,14 @@ async def test_partition_count_is_fixed_once_recorded(fresh_nats: NatsServer) ->
 
     nc = await connect(fresh_nats.url)
     try:
-        first = Server(nc, partitions=4, leases=False)
+        first = Server(NatsBus(nc), partitions=4, leases=False)
         await first.start()
         await first.stop()
-        again = Server(nc)  # no count given: the recorded one
+        again = Server(NatsBus(nc))  # no count given: the recorded one
         await again.start()
         assert again.partitions == 4 and again.owned == [0, 1, 2, 3]
         await again.stop()
-        wrong = Server(nc, partitions=6)
+        wrong = Server(NatsBus(nc), partitions=6)
         try:
             await wrong.start()
         except DeploymentError as e:
@@ -209,17 +209,19 @@ async def test_a_server_paused_around_its_lease_decides_again(
     saw the lease invalid for an instant and ended, the next round renewed the lease, and nothing
     started them again: the server never decided another input."""
     nc = await connect(fresh_nats.url)
-    server, worker = Server(nc), Worker(nc, concurrency=4)
+    server, worker = Server(NatsBus(nc)), Worker(NatsBus(nc), concurrency=4)
     try:
         await server.start()
         await worker.start()
         assert server.leases is not None and server.leases.ttl == DEFAULT_TTL
-        first = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": LOOP}, timeout=30)
+        first = await run_and_wait(
+            NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": LOOP}, timeout=30
+        )
         assert first["status"] == "success", first
         await _just_renewed(server.leases)
         time.sleep(pause_ttls * DEFAULT_TTL)  # the pause under test: the event loop blocked
         requests = [{"request_id": uuid.uuid4().hex, "playbook": LOOP} for _ in range(4)]
-        runs = (run_and_wait(nc, r, timeout=40) for r in requests)
+        runs = (run_and_wait(NatsBus(nc), r, timeout=40) for r in requests)
         outs = await asyncio.gather(*runs, return_exceptions=True)
         statuses = Counter("stuck" if isinstance(o, TimeoutError) else o["status"] for o in outs)
         assert statuses == {"success": 4}, f"after a pause of {pause_ttls} TTL: {dict(statuses)} of 4"

@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from noetl.client.run import run_and_wait
 from noetl.events.connection import ConnectionState
+from noetl.events.nats_port import NatsBus
 from noetl.server.api import ApiServer
 from noetl.server.api.metrics import Metrics
 from noetl.worker.http import WorkerHttp
@@ -39,7 +40,7 @@ def value(families: dict[str, Any], sample: str, **labels: str) -> float | None:
 
 
 async def test_server_and_worker_metrics_parse(nc: Any) -> None:
-    async with running(nc) as (server, worker):
+    async with running(NatsBus(nc)) as (server, worker):
         api = ApiServer(
             server.bus, server.requests, server.catalog, server.credentials, host="127.0.0.1", port=0
         )
@@ -56,7 +57,7 @@ async def test_server_and_worker_metrics_parse(nc: Any) -> None:
                 assert "process_cpu_seconds" in parsed((await http.get(f"{probes.url}/metrics")).text)
                 probes.attach(worker)
                 out = await run_and_wait(
-                    nc, {"request_id": uuid.uuid4().hex, "playbook": PLAYBOOK}, timeout=30
+                    NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": PLAYBOOK}, timeout=30
                 )
                 assert out["status"] == "success"
                 assert (await http.get(f"{api.url}/health")).status_code == 200

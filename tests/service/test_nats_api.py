@@ -12,6 +12,7 @@ import nats
 import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from noetl.events.nats_port import NatsBus
 from noetl.server.api import NatsApiService
 from noetl.server.service import Server
 from noetl.worker.service import Worker
@@ -35,7 +36,7 @@ workflow:
 
 @pytest.fixture
 async def service(nc, nats_server) -> AsyncIterator[dict[str, Any]]:
-    server, worker = Server(nc), Worker(nc, concurrency=4)
+    server, worker = Server(NatsBus(nc)), Worker(NatsBus(nc), concurrency=4)
     await server.start()
     await worker.start()
     micro = NatsApiService(nc, server.requests)
@@ -166,6 +167,13 @@ async def test_service_discovery_ping_info_stats(service) -> None:
         ("schedule_delete", "noetl.api.schedule.delete", "noetl"),
         ("catalog_register", "noetl.api.catalog.register", "noetl"),
         ("catalog_list", "noetl.api.catalog.list", "noetl"),
+        ("catalog_show", "noetl.api.catalog.show", "noetl"),
+        ("events", "noetl.api.events", "noetl"),
+        ("logs", "noetl.api.logs", "noetl"),
+        ("executions", "noetl.api.executions", "noetl"),
+        ("credentials_list", "noetl.api.credentials.list", "noetl"),
+        ("credentials_set", "noetl.api.credentials.set", "noetl"),
+        ("credentials_delete", "noetl.api.credentials.delete", "noetl"),
     }
     inbox = user.new_inbox()
     sub = await user.subscribe(inbox)
@@ -211,7 +219,7 @@ async def test_schedules_through_the_service(service, nc) -> None:
     from noetl.store.catalog import Catalog
 
     user = service["user"]
-    await (await Catalog.open(nc.jetstream())).register(TICK)
+    await (await Catalog.open(NatsBus(nc))).register(TICK)
     add = "noetl.api.schedule.add"
     for body, code, words in (
         ({"name": "bad.name", "path": "tests/nats-api/tick", "cron": "* * * * *"}, "400", "schedule name"),
@@ -245,7 +253,7 @@ async def test_schedules_through_the_service(service, nc) -> None:
 
     async def fired() -> list[dict[str, Any]]:
         msgs = await read_messages(
-            nc.jetstream(), s.EVENTS_STREAM, [s.execution_event_filter("*", "playbook.execution.requested")]
+            NatsBus(nc), s.EVENTS_STREAM, [s.execution_event_filter("*", "playbook.execution.requested")]
         )
         return [ev for _, ev in msgs if (ev.get("payload") or {}).get("schedule") == "tick"]
 
@@ -280,6 +288,6 @@ async def test_schedules_through_the_service(service, nc) -> None:
     assert listed == {"schedules": []}
     for ev in started:
         for _ in range(100):
-            if await finished_event(nc.jetstream(), ev["execution_id"]):
+            if await finished_event(NatsBus(nc), ev["execution_id"]):
                 break
             await asyncio.sleep(0.1)

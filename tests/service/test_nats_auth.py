@@ -16,6 +16,7 @@ from cryptography.x509.oid import NameOID
 
 from noetl.client.run import run_and_wait
 from noetl.events.bus import connect
+from noetl.events.nats_port import NatsBus
 from noetl.host.natsserver import NatsServer
 from noetl.server.service import Server
 from noetl.worker.service import Worker
@@ -32,11 +33,11 @@ workflow:
 
 async def _run_one(url: str) -> dict:  # type: ignore[type-arg]
     nc = await connect(url, name="secured-test")
-    server, worker = Server(nc), Worker(nc, concurrency=4)
+    server, worker = Server(NatsBus(nc)), Worker(NatsBus(nc), concurrency=4)
     await server.start()
     await worker.start()
     try:
-        return await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": ONE}, timeout=30)
+        return await run_and_wait(NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": ONE}, timeout=30)
     finally:
         await worker.stop(drain=False)
         await server.stop()

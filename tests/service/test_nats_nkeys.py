@@ -14,6 +14,7 @@ import pytest
 from noetl.client.run import run_and_wait
 from noetl.dsl.errors import DeploymentError
 from noetl.events.bus import connect
+from noetl.events.nats_port import NatsBus
 from noetl.host.natsserver import NatsServer
 from tests.support import running
 
@@ -46,8 +47,10 @@ async def test_an_nkey_seed_authenticates(tmp_path: Path, monkeypatch: pytest.Mo
         monkeypatch.setenv("NOETL_NATS_NKEY_SEED", str(seed_file))
         nc = await connect(ns.url, name="nkey-test", max_reconnect_attempts=0)
         try:
-            async with running(nc):
-                out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": ONE}, timeout=30)
+            async with running(NatsBus(nc)):
+                out = await run_and_wait(
+                    NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": ONE}, timeout=30
+                )
         finally:
             await nc.close()
     assert out["status"] == "success" and out["result"] == "signed"

@@ -21,6 +21,7 @@ import pytest
 from noetl.client.run import Awaited, run_and_wait, wait_finished
 from noetl.events import subjects as s
 from noetl.events.ids import execution_id_for
+from noetl.events.nats_port import NatsBus
 from noetl.server.service import Server
 from noetl.store.catalog import Catalog
 from noetl.worker.service import Worker
@@ -32,11 +33,11 @@ NANOS = 1_000_000_000
 
 @pytest.fixture
 async def services(nc):
-    server, worker = Server(nc), Worker(nc, concurrency=8)
+    server, worker = Server(NatsBus(nc)), Worker(NatsBus(nc), concurrency=8)
     await server.start()
     await worker.start()
     # `noetl catalog register examples/hello.yaml`
-    await (await Catalog.open(nc.jetstream())).register(HELLO.read_text(), str(HELLO))
+    await (await Catalog.open(NatsBus(nc))).register(HELLO.read_text(), str(HELLO))
     try:
         yield server, worker
     finally:
@@ -75,7 +76,7 @@ async def test_stream_view_sub_stream_info_consumer_info_kv_get(nc, services) ->
     # `nats sub 'noetl.events.*.*.workflow.finished'`, subscribed before the execution starts
     finished = await nc.subscribe("noetl.events.*.*.workflow.finished")
     request = {"request_id": uuid.uuid4().hex, "path": "examples/hello", "payload": {"names": ["Ada"]}}
-    out = await run_and_wait(nc, request, timeout=30)
+    out = await run_and_wait(NatsBus(nc), request, timeout=30)
     assert out["status"] == "success"
     eid = out["execution_id"]
     while True:
@@ -157,13 +158,13 @@ async def test_nats_pub_request_runs_once_per_request_id(nc, services) -> None:
     body = json.dumps({"request_id": request_id, "path": "examples/hello", "payload": {"names": ["Ada"]}})
     # the sender knows the execution id before anything runs
     eid = execution_id_for(request_id)
-    processed = await Awaited.open(nc, eid)  # before the publish: a fast end is not missed
+    processed = await Awaited.open(NatsBus(nc), eid)  # before the publish: a fast end is not missed
     live = await nc.subscribe(f"noetl.events.*.{eid}.>")  # `nats sub 'noetl.events.*.<id>.>'`
 
     # `nats pub noetl.requests.execute '{...}' -H Nats-Msg-Id:<request_id>`
     ack = await js.publish("noetl.requests.execute", body.encode(), headers={"Nats-Msg-Id": request_id})
     assert ack.stream == "NOETL_REQUESTS" and not ack.duplicate
-    await wait_finished(nc, eid, timeout=30, already_subscribed=processed)
+    await wait_finished(NatsBus(nc), eid, timeout=30, already_subscribed=processed)
     seen = [json.loads((await live.next_msg(timeout=30)).data)["name"]]
     while seen[-1] != "playbook.processed":
         seen.append(json.loads((await live.next_msg(timeout=30)).data)["name"])
@@ -174,11 +175,11 @@ async def test_nats_pub_request_runs_once_per_request_id(nc, services) -> None:
     # a plain core publish without the header (what `nats pub` does by default) is stored too
     second_id = f"r-{uuid.uuid4().hex}"
     second = execution_id_for(second_id)
-    processed = await Awaited.open(nc, second)
+    processed = await Awaited.open(NatsBus(nc), second)
     await nc.publish(
         "noetl.requests.execute", json.dumps({"request_id": second_id, "path": "examples/hello"}).encode()
     )
-    await wait_finished(nc, second, timeout=30, already_subscribed=processed)
+    await wait_finished(NatsBus(nc), second, timeout=30, already_subscribed=processed)
 
     for execution_id in (eid, second):
         names = [
@@ -192,7 +193,7 @@ async def test_nats_pub_request_runs_once_per_request_id(nc, services) -> None:
 
 async def test_object_get_returns_a_referenced_result(nc, services) -> None:
     playbook = (ROOT / "docs" / "examples" / "result_reference.yaml").read_text()
-    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": playbook}, timeout=30)
+    out = await run_and_wait(NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": playbook}, timeout=30)
     ref = out["steps"]["start"][0]["result"]
     assert out["status"] == "success" and ref["store"] == "nats.object"
 
@@ -214,7 +215,7 @@ async def test_object_get_returns_a_large_playbook_text(nc, services) -> None:
     from tests.service.test_catalog import playbook
 
     text = playbook(f"tests/recipe-{uuid.uuid4().hex[:8]}", 14_000)
-    digest = (await (await Catalog.open(nc.jetstream())).register(text, "big.yaml"))["digest"]
+    digest = (await (await Catalog.open(NatsBus(nc))).register(text, "big.yaml"))["digest"]
 
     # `nats object get noetl_catalog <sha256>`: the object's meta message, then its chunks
     name = base64.urlsafe_b64encode(digest.encode()).decode()

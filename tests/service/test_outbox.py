@@ -8,6 +8,7 @@ from typing import Any
 from nats.js.api import StreamConfig
 
 from noetl.events.bus import read_messages
+from noetl.events.nats_port import NatsBus
 from noetl.events.outbox import Outbox
 
 
@@ -19,7 +20,7 @@ async def _stream(nc: Any) -> tuple[Any, str]:
 
 
 async def _stored(js: Any, name: str) -> list[Any]:
-    return [data for _, data in await read_messages(js, name, [f"{name.lower()}.>"])]
+    return [data for _, data in await read_messages(NatsBus.of(js), name, [f"{name.lower()}.>"])]
 
 
 async def _send(box: Outbox, name: str, numbers: range, *, ack_last: bool = False) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from noetl.client.run import finished_event, pause, resume, submit
 from noetl.events.bus import read_execution_events
+from noetl.events.nats_port import NatsBus
 from noetl.server.api import ApiServer, NatsApiService
 from noetl.server.api.queries import execution_status
 from noetl.server.service import Server
@@ -91,8 +92,11 @@ workflow:
 
 @pytest.fixture
 async def stack(nc, nats_server) -> AsyncIterator[dict[str, Any]]:
-    creds = await CredentialStore.open(nc.jetstream(), generate_key())
-    server, worker = Server(nc, credentials=creds), Worker(nc, concurrency=4, credentials=creds)
+    creds = await CredentialStore.open(NatsBus(nc), generate_key())
+    server, worker = (
+        Server(NatsBus(nc), credentials=creds),
+        Worker(NatsBus(nc), concurrency=4, credentials=creds),
+    )
     await server.start()
     await worker.start()
     api = ApiServer(server.bus, server.requests, server.catalog, creds, host="127.0.0.1", port=0, token=TOKEN)
@@ -114,17 +118,17 @@ async def stack(nc, nats_server) -> AsyncIterator[dict[str, Any]]:
 
 
 async def start(nc: Any, text: str) -> str:
-    return await submit(nc.jetstream(), {"request_id": uuid.uuid4().hex, "playbook": text, "payload": {}})
+    return await submit(NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": text, "payload": {}})
 
 
 async def finished(nc: Any, eid: str) -> dict[str, Any]:
-    ev = await until(lambda: finished_event(nc.jetstream(), eid))
+    ev = await until(lambda: finished_event(NatsBus(nc), eid))
     return dict(ev["payload"])
 
 
 async def waiting(nc: Any, eid: str) -> dict[str, Any]:
     async def check() -> dict[str, Any] | None:
-        out = await execution_status(nc.jetstream(), eid)
+        out = await execution_status(NatsBus(nc), eid)
         return out if out and out.get("waiting") else None
 
     return dict(await until(check))
@@ -170,7 +174,7 @@ async def test_approval_signalled_through_each_interface(stack) -> None:
     assert (await finished(nc, by_http))["result"] == "shipped"
     assert (await finished(nc, by_nats))["result"] == "rejected"
     assert (await finished(nc, by_cli))["result"] == "shipped"
-    names = [e["name"] for e in await read_execution_events(nc.jetstream(), by_http)]
+    names = [e["name"] for e in await read_execution_events(NatsBus(nc), by_http)]
     assert "step.waiting" in names and "signal.received" in names
 
     # a finished execution refuses signals: 409 over HTTP, execution_finished on NATS, exit 2 in the CLI
@@ -187,7 +191,7 @@ async def test_approval_signalled_through_each_interface(stack) -> None:
 
 
 async def _has(nc: Any, eid: str, name: str) -> bool:
-    return any(e["name"] == name for e in await read_execution_events(nc.jetstream(), eid))
+    return any(e["name"] == name for e in await read_execution_events(NatsBus(nc), eid))
 
 
 async def test_pause_holds_new_steps_while_running_ones_finish(stack) -> None:
@@ -199,9 +203,9 @@ async def test_pause_holds_new_steps_while_running_ones_finish(stack) -> None:
     await until(lambda: _has(nc, eid, "execution.paused"))
     await until(lambda: _has(nc, eid, "step.done"))  # the running step finished
     await asyncio.sleep(0.5)
-    events = await read_execution_events(nc.jetstream(), eid)
+    events = await read_execution_events(NatsBus(nc), eid)
     assert [e["entity_id"] for e in events if e["name"] == "step.scheduled"] == ["start"]
-    st = await execution_status(nc.jetstream(), eid)
+    st = await execution_status(NatsBus(nc), eid)
     assert st is not None and st["paused"] and st["status"] == "running"
     msg = await user.request("noetl.api.resume", json.dumps({"execution_id": eid}).encode(), timeout=10)
     assert json.loads(msg.data)["resume"] == "sent"
@@ -212,13 +216,13 @@ async def test_pause_and_resume_in_the_client_and_cancel_while_paused(stack) -> 
     nc = stack["nc"]
     eid = await start(nc, APPROVAL)
     await waiting(nc, eid)
-    assert (await pause(nc.jetstream(), eid))["pause"] == "sent"
+    assert (await pause(NatsBus(nc), eid))["pause"] == "sent"
     await until(lambda: _has(nc, eid, "execution.paused"))
     r = await stack["http"].post(f"/api/executions/{eid}/cancel", json={})
     assert r.status_code == 202
     fin = await finished(nc, eid)
     assert fin["status"] == "cancelled"
-    assert (await resume(nc.jetstream(), eid))["error"]["kind"] == "execution_finished"
+    assert (await resume(NatsBus(nc), eid))["error"]["kind"] == "execution_finished"
 
 
 TICK = """
@@ -253,7 +257,7 @@ async def test_schedules_over_http_and_the_cli(stack) -> None:
         return out
 
     fired = await until(scheduled, timeout=10)
-    st = await execution_status(nc.jetstream(), fired[0]["execution_id"])
+    st = await execution_status(NatsBus(nc), fired[0]["execution_id"])
     assert st is not None and st["schedule"] == "every2"
     r = await http.post("/api/schedules/every2/pause")
     assert r.status_code == 200 and r.json()["paused"] is True
@@ -278,6 +282,6 @@ async def read_execution_events_all(nc: Any) -> list[dict[str, Any]]:
     from noetl.events.bus import read_messages
 
     msgs = await read_messages(
-        nc.jetstream(), s.EVENTS_STREAM, [s.execution_event_filter("*", "playbook.execution.requested")]
+        NatsBus(nc), s.EVENTS_STREAM, [s.execution_event_filter("*", "playbook.execution.requested")]
     )
     return [ev for _, ev in msgs]

@@ -14,6 +14,7 @@ from noetl.engine.fold import replay
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events
 from noetl.events.ids import execution_id_for
+from noetl.events.nats_port import NatsBus
 
 OK = """
 apiVersion: noetl.io/v2
@@ -33,7 +34,7 @@ def _with_pool(pool: str) -> str:
 
 
 async def _next_one_succeeds(nc: Any) -> None:
-    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": OK}, timeout=20)
+    out = await run_and_wait(NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": OK}, timeout=20)
     assert out["status"] == "success" and out["result"] == 7, out
 
 
@@ -119,16 +120,18 @@ async def test_a_decision_jetstream_can_never_store_ends_its_execution_not_the_p
     conf.write_text("max_payload: 131072\n")
     ns = NatsServer(extra_args=["-c", str(conf)]).start()
     nc = await connect(ns.url)
-    server = Server(nc, partitions=1, leases=False)
-    worker = Worker(nc, concurrency=4)
+    server = Server(NatsBus(nc), partitions=1, leases=False)
+    worker = Worker(NatsBus(nc), concurrency=4)
     try:
         await server.start()
         await worker.start()
-        out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": BIG_ARGS}, timeout=30)
+        out = await run_and_wait(
+            NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": BIG_ARGS}, timeout=30
+        )
         assert out["status"] == "failed" and out["error"]["kind"] == "decision_unstorable", out
         assert "max_payload" in out["error"]["message"]
         # it ended through the engine: the log has the input, and a rebuild from it knows the end
-        names = [e["name"] for e in await read_execution_events(nc.jetstream(), out["execution_id"])]
+        names = [e["name"] for e in await read_execution_events(NatsBus(nc), out["execution_id"])]
         assert "execution.abort.requested" in names, names
         msgs = await server.bus.read(s.EVENTS_STREAM, s.execution_input_filters(out["execution_id"]))
         rebuilt, _ = replay([await server.catalog.with_playbook_text(json.loads(m.data)) for m in msgs])
@@ -208,7 +211,7 @@ async def test_heavy_templates_do_not_hold_the_event_loop(nc: Any, services: Any
 
     watcher = asyncio.create_task(probe())
     heavy = asyncio.create_task(
-        run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": HEAVY_CHAIN}, timeout=60)
+        run_and_wait(NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": HEAVY_CHAIN}, timeout=60)
     )
     light = 0
     while not heavy.done():

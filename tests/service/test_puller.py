@@ -10,7 +10,7 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from noetl.events.bus import connect
-from noetl.events.puller import Puller, PullError
+from noetl.events.puller import Puller, PullRefusedError
 from noetl.host.natsserver import NatsServer
 
 
@@ -98,7 +98,7 @@ async def test_a_deleted_consumer_is_reported(nc: Any) -> None:
     try:
         assert await puller.fetch(8, wait=0.3) == []
         await js.delete_consumer("PULL_DEL", "c")
-        with pytest.raises(PullError, match="409"):
+        with pytest.raises(PullRefusedError, match="409"):
             for _ in range(10):
                 await puller.fetch(8, wait=0.5)
     finally:

@@ -14,6 +14,7 @@ from noetl.cli.analysis_run import replay
 from noetl.cli.replay_diff import render, replay_diff
 from noetl.client.run import run_and_wait
 from noetl.events.bus import read_execution_events
+from noetl.events.nats_port import NatsBus
 
 ROUTE = """
 apiVersion: noetl.io/v2
@@ -45,9 +46,9 @@ workflow:
 
 @pytest.fixture
 async def recorded(nc, services):
-    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
+    out = await run_and_wait(NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": ROUTE}, timeout=30)
     assert out["status"] == "success" and out["result"] == "small"
-    return out["execution_id"], await read_execution_events(nc.jetstream(), out["execution_id"])
+    return out["execution_id"], await read_execution_events(NatsBus(nc), out["execution_id"])
 
 
 async def test_replay_against_its_own_playbook_has_no_divergence(recorded) -> None:

@@ -16,7 +16,7 @@ from noetl.cli.rerun_cmd import _rerun
 from noetl.client.run import run_and_wait, wait_finished
 from noetl.client.view import execution_output
 from noetl.events.bus import read_execution_events
-from noetl.events.nats_port import as_bus
+from noetl.events.nats_port import NatsBus
 from noetl.server.lineage import reruns_of
 from noetl.server.rerun import prepare_rerun
 from noetl.store.catalog import Catalog
@@ -62,20 +62,20 @@ def _names(events: Sequence[Mapping[str, Any]], name: str) -> list[str]:
 
 @pytest.fixture
 async def failed(nc: Any, services: Any) -> str:
-    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": FLAKY}, timeout=30)
+    out = await run_and_wait(NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": FLAKY}, timeout=30)
     assert out["status"] == "failed", out
     assert out["error"]["kind"] == "python_error"
     return str(out["execution_id"])
 
 
 async def _finish(nc: Any, execution_id: str) -> dict[str, Any]:
-    await wait_finished(nc, execution_id, timeout=30)
+    await wait_finished(NatsBus(nc), execution_id, timeout=30)
     await asyncio.sleep(0.2)
-    return execution_output(execution_id, await read_execution_events(nc.jetstream(), execution_id))
+    return execution_output(execution_id, await read_execution_events(NatsBus(nc), execution_id))
 
 
 async def test_rerun_from_the_failed_step_keeps_what_succeeded(nc: Any, failed: str) -> None:
-    bus = as_bus(nc.jetstream())
+    bus = NatsBus(nc)
     catalog = await Catalog.open(bus)
     got = await prepare_rerun(bus, catalog, failed, payload={"divisor": 2})
     assert not isinstance(got, dict), got
@@ -88,7 +88,7 @@ async def test_rerun_from_the_failed_step_keeps_what_succeeded(nc: Any, failed: 
     out = await _finish(nc, new_id)
     assert out["status"] == "success", out
     assert out["result"] == 10  # report's result: ctx.fetched, kept from the original
-    events = await read_execution_events(nc.jetstream(), new_id)
+    events = await read_execution_events(NatsBus(nc), new_id)
     assert "fetch" not in _names(events, "step.started")  # the succeeded step did not run again
     forked = next(e for e in events if e["name"] == "execution.forked")
     assert forked["payload"]["from_execution_id"] == failed
@@ -105,7 +105,7 @@ async def test_rerun_from_the_failed_step_keeps_what_succeeded(nc: Any, failed: 
 
 async def test_rerun_from_a_named_step_with_a_new_playbook(nc: Any, failed: str, capsys: Any) -> None:
     fixed = FLAKY.replace("n // d + f", "n + f")
-    bus = as_bus(nc.jetstream())
+    bus = NatsBus(nc)
     got = await prepare_rerun(bus, await Catalog.open(bus), failed, from_step="fetch", playbook=fixed)
     assert not isinstance(got, dict), got
     assert got.plan.steps == ["fetch"] and [k["step"] for k in got.plan.kept] == ["start"]
@@ -118,7 +118,7 @@ async def test_rerun_from_a_named_step_with_a_new_playbook(nc: Any, failed: str,
 
 
 async def test_rerun_refusals_say_what_to_do(nc: Any, failed: str) -> None:
-    bus = as_bus(nc.jetstream())
+    bus = NatsBus(nc)
     catalog = await Catalog.open(bus)
     nowhere = await prepare_rerun(bus, catalog, failed, from_step="nope")
     assert nowhere["error"]["kind"] == "rerun_refused"
@@ -156,10 +156,10 @@ async def test_short_ids_as_the_console_shows_them_resolve(nc: Any, failed: str)
     from noetl.server.api.queries import resolve_execution_id
 
     js = nc.jetstream()
-    assert await resolve_execution_id(js, failed[:12] + "…") == failed
-    assert await resolve_execution_id(js, failed) == failed
-    assert await resolve_execution_id(js, "ffffffffffff") == "ffffffffffff"
-    ambiguous = await resolve_execution_id(js, "0123")  # fewer than 4 characters after the strip
+    assert await resolve_execution_id(NatsBus.of(js), failed[:12] + "…") == failed
+    assert await resolve_execution_id(NatsBus.of(js), failed) == failed
+    assert await resolve_execution_id(NatsBus.of(js), "ffffffffffff") == "ffffffffffff"
+    ambiguous = await resolve_execution_id(NatsBus.of(js), "0123")  # fewer than 4 characters after the strip
     assert ambiguous == "0123" or "give more of the id" in ambiguous["error"]["message"]
 
 
@@ -200,9 +200,9 @@ workflow:
 
 
 async def test_what_a_rerun_cannot_keep_is_said_first(nc: Any, services: Any) -> None:
-    out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": FAN}, timeout=30)
+    out = await run_and_wait(NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": FAN}, timeout=30)
     assert out["status"] == "failed", out
-    bus = as_bus(nc.jetstream())
+    bus = NatsBus(nc)
     got = await prepare_rerun(bus, await Catalog.open(bus), out["execution_id"])
     assert not isinstance(got, dict), got
     notes = " ".join(got.plan.not_kept)

@@ -22,6 +22,7 @@ from noetl.cli.main import build_parser
 from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
 from noetl.events.bus import connect
+from noetl.events.nats_port import NatsBus
 from noetl.events.runtime import RuntimeRegistrar, list_runtime
 from noetl.server.api.launch import start_operations
 from noetl.server.service import Server
@@ -54,26 +55,26 @@ async def test_heartbeats_refresh_and_a_silent_process_expires(fresh_nats) -> No
     nc = await connect(fresh_nats.url)
     js = nc.jetstream()
     state = {"running": 0}
-    quiet = RuntimeRegistrar(js, "worker", lambda: {"pool": "p", **state}, interval=0.2, ttl=1.0)
-    polite = RuntimeRegistrar(js, "server", dict, interval=0.2, ttl=1.0)
+    quiet = RuntimeRegistrar(NatsBus.of(js), "worker", lambda: {"pool": "p", **state}, interval=0.2, ttl=1.0)
+    polite = RuntimeRegistrar(NatsBus.of(js), "server", dict, interval=0.2, ttl=1.0)
     try:
         await quiet.start()
         await polite.start()
-        entries = await list_runtime(js)
+        entries = await list_runtime(NatsBus.of(js))
         assert {e["id"] for e in entries} == {quiet.id, polite.id}
-        assert [e["role"] for e in await list_runtime(js, "worker")] == ["worker"]
+        assert [e["role"] for e in await list_runtime(NatsBus.of(js), "worker")] == ["worker"]
         state["running"] = 5  # read again at every beat
 
         async def five() -> bool:
-            return [e["running"] for e in await list_runtime(js, "worker")] == [5]
+            return [e["running"] for e in await list_runtime(NatsBus.of(js), "worker")] == [5]
 
         await until(five)
         await polite.stop()  # a clean stop deregisters at once
-        assert [e["id"] for e in await list_runtime(js)] == [quiet.id]
+        assert [e["id"] for e in await list_runtime(NatsBus.of(js))] == [quiet.id]
         await quiet.stop(deregister=False)  # as if killed: no one deletes the entry
 
         async def gone() -> bool:
-            return not await list_runtime(js)
+            return not await list_runtime(NatsBus.of(js))
 
         await until(gone)  # the bucket's TTL removed it
     finally:
@@ -81,17 +82,17 @@ async def test_heartbeats_refresh_and_a_silent_process_expires(fresh_nats) -> No
         await polite.stop()
         await nc.close()
     with pytest.raises(ValueError):
-        RuntimeRegistrar(js, "worker", dict, interval=2, ttl=1)
+        RuntimeRegistrar(NatsBus.of(js), "worker", dict, interval=2, ttl=1)
 
 
 async def test_start_operations_registers_server_and_worker(fresh_nats, monkeypatch) -> None:
     monkeypatch.delenv("NOETL_API_TOKEN", raising=False)
     nc = await connect(fresh_nats.url)
-    server, worker = Server(nc), Worker(nc, pool="rt", concurrency=3)
+    server, worker = Server(NatsBus(nc)), Worker(NatsBus(nc), pool="rt", concurrency=3)
     await server.start()
     await worker.start()
-    s_ops = await start_operations(nc, "server", server, http_port=0)
-    w_ops = await start_operations(nc, "worker", worker)
+    s_ops = await start_operations(NatsBus(nc), "server", server, http_port=0)
+    w_ops = await start_operations(NatsBus(nc), "worker", worker)
     try:
         assert s_ops.api is not None and w_ops.api is None
         async with httpx.AsyncClient(base_url=s_ops.api.url, timeout=10) as http:
@@ -106,7 +107,7 @@ async def test_start_operations_registers_server_and_worker(fresh_nats, monkeypa
         await s_ops.stop()
         await worker.stop(drain=False)
         await server.stop()
-    assert await list_runtime(nc.jetstream()) == []
+    assert await list_runtime(NatsBus(nc)) == []
     await nc.close()
 
 
@@ -118,13 +119,14 @@ async def cli(nc: Any, capsys: Any, *argv: str) -> tuple[int, str, str]:
 
 
 async def test_operations_commands(nc, capsys, monkeypatch, tmp_path) -> None:
-    server, worker = Server(nc), Worker(nc, concurrency=2)
+    server, worker = Server(NatsBus(nc)), Worker(NatsBus(nc), concurrency=2)
     await server.start()
     await worker.start()
-    reg = RuntimeRegistrar(nc.jetstream(), "worker", lambda: {"pool": "cli-pool", "concurrency": 2})
+    reg = RuntimeRegistrar(NatsBus(nc), "worker", lambda: {"pool": "cli-pool", "concurrency": 2})
     await reg.start()
     try:
-        out = await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": PLAYBOOK}, timeout=30)
+        request = {"request_id": uuid.uuid4().hex, "playbook": PLAYBOOK}
+        out = await run_and_wait(NatsBus(nc), request, timeout=30)
         eid = out["execution_id"]
         rc, text, _ = await cli(nc, capsys, "status", eid, "--json")
         status = json.loads(text)

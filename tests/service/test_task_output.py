@@ -20,6 +20,7 @@ import pytest
 from noetl.cli.progress import Progress, run_with_progress
 from noetl.client.run import run_and_wait
 from noetl.events.bus import read_execution_events
+from noetl.events.nats_port import NatsBus
 from noetl.events.objects import is_reference
 from noetl.server.api import ApiServer
 from noetl.server.api.queries import execution_logs
@@ -70,10 +71,11 @@ workflow:
 
 @pytest.fixture
 async def stack(nc: Any) -> AsyncIterator[dict[str, Any]]:
-    creds = await CredentialStore.open(nc.jetstream(), generate_key())
+    creds = await CredentialStore.open(NatsBus(nc), generate_key())
     name, secret = f"tok_{uuid.uuid4().hex[:6]}", "Tok3n-" + uuid.uuid4().hex
     await creds.put(name, "secret", {"token": secret}, {"paths": ["*"], "inline": True})
-    server, worker = Server(nc, credentials=creds), Worker(nc, concurrency=4, credentials=creds)
+    bus = NatsBus(nc)
+    server, worker = Server(bus, credentials=creds), Worker(bus, concurrency=4, credentials=creds)
     await server.start()
     await worker.start()
     api = ApiServer(
@@ -83,7 +85,7 @@ async def stack(nc: Any) -> AsyncIterator[dict[str, Any]]:
     await api.start()
     try:
         request = {"request_id": uuid.uuid4().hex, "playbook": PRINTER.replace("CRED", name)}
-        out = await run_and_wait(nc, request, timeout=60)
+        out = await run_and_wait(NatsBus(nc), request, timeout=60)
         assert out["status"] == "success", out
         yield {"api": api, "nc": nc, "secret": secret, "execution_id": out["execution_id"]}
     finally:
@@ -117,7 +119,7 @@ async def noetl(url: str, *args: str) -> tuple[int, str, str]:
 
 async def test_task_output_is_in_the_event_masked_and_by_reference_when_large(stack: dict[str, Any]) -> None:
     js = stack["nc"].jetstream()
-    events = await read_execution_events(js, stack["execution_id"])
+    events = await read_execution_events(NatsBus.of(js), stack["execution_id"])
     assert stack["secret"] not in json.dumps(events)
     done = [e for e in events if e["name"] == "task.done"]
     talk = next(e for e in done if e["entity_id"] == "talk")
@@ -135,7 +137,7 @@ async def test_task_output_is_in_the_event_masked_and_by_reference_when_large(st
 
 async def test_noetl_logs_and_the_api_show_it(stack: dict[str, Any], nats_server: Any) -> None:
     eid, url = stack["execution_id"], nats_server.url
-    logs = await execution_logs(stack["nc"].jetstream(), eid)
+    logs = await execution_logs(NatsBus(stack["nc"]), eid)
     assert logs is not None and [(e["step"], e["task"], e.get("index")) for e in logs][:1] == [
         ("start", "talk", None)
     ]
@@ -228,7 +230,7 @@ async def test_run_with_progress_draws_the_execution(nc: Any, services: Any, liv
     stream = FakeTTY() if live else io.StringIO()
     progress = Progress(stream, live=live, width=120)
     request = {"request_id": uuid.uuid4().hex, "playbook": SHOUT}
-    out = await run_with_progress(nc, request, 60, progress)
+    out = await run_with_progress(NatsBus(nc), request, 60, progress)
     assert out["status"] == "success", out
     text = stream.getvalue()
     if live:

@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from noetl.client.run import run_and_wait
 from noetl.events import tracing
+from noetl.events.nats_port import NatsBus
 from tests.support import running, until
 
 PLAYBOOK = """
@@ -45,10 +46,12 @@ def _tree(spans: list[Any], execution_id: str) -> list[Any]:
 
 
 async def test_one_execution_is_one_connected_trace(nc: Any, exporter: InMemorySpanExporter) -> None:
-    async with running(nc) as _:
-        eid = (await run_and_wait(nc, {"request_id": uuid.uuid4().hex, "playbook": PLAYBOOK}, timeout=30))[
-            "execution_id"
-        ]
+    async with running(NatsBus(nc)) as _:
+        eid = (
+            await run_and_wait(
+                NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": PLAYBOOK}, timeout=30
+            )
+        )["execution_id"]
 
         async def rooted() -> list[Any]:
             mine = _tree(list(exporter.get_finished_spans()), eid)

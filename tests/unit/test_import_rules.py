@@ -57,7 +57,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "noetl.server": ("noetl.worker", "noetl.cli"),
 }
 # noetl.events is wire and transport: of the DSL it may use the error tree alone
-EVENTS_MAY_USE = ("noetl.dsl.errors",)
+EVENTS_MAY_USE = ("noetl.dsl.errors", "noetl.dsl.errors_bus")
 
 
 def _modules() -> dict[str, Path]:

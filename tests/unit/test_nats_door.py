@@ -29,6 +29,7 @@ ADAPTER = frozenset(
         "noetl.events.retry",
         # NATS's own service protocol (nats.micro), not the bus: it may stay
         "noetl.server.api.micro",
+        "noetl.server.api.micro_reads",  # its read endpoints, same protocol
     }
 )
 

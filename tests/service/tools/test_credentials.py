@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from noetl.dsl.errors import KeychainUnresolvedError
+from noetl.events.nats_port import NatsBus
 from noetl.store.credentials import BUCKET, KEY_ENV, KEY_FILE_ENV, CredentialStore, generate_key
 
 
@@ -35,7 +36,7 @@ async def js(request: pytest.FixtureRequest, own_nats_url: str) -> AsyncIterator
 
     nc = await nats.connect(own_nats_url, name="noetl-test-credentials")
     try:
-        yield nc.jetstream()
+        yield NatsBus(nc)
     finally:
         await nc.close()
 
@@ -67,7 +68,7 @@ async def test_put_get_list_delete(js) -> None:
 
 async def test_values_are_encrypted_at_rest_with_no_history_left_by_delete(nats_js) -> None:
     js = nats_js
-    store = await CredentialStore.open(js, generate_key())
+    store = await CredentialStore.open(NatsBus.of(js), generate_key())
     await store.put("api", "secret", {"value": "tok-plain-123"})
     await store.put("api", "secret", {"value": "tok-plain-456"})
     kv = await js.key_value(BUCKET)
@@ -88,7 +89,9 @@ async def test_open_twice_reuses_the_bucket(js) -> None:
 
 
 async def test_wrong_key_is_a_clear_error(js) -> None:
-    await (await CredentialStore.open(js, generate_key())).put("pg_main", "secret", {"value": "v-1234"})
+    await (await CredentialStore.open(js, generate_key())).put(
+        "pg_main", "secret", {"value": "v-1234"}
+    )
     other = await CredentialStore.open(js, generate_key())
     with pytest.raises(KeychainUnresolvedError, match=r"'pg_main'.*NOETL_CREDENTIALS_KEY") as info:
         await other.get("pg_main")
@@ -96,7 +99,9 @@ async def test_wrong_key_is_a_clear_error(js) -> None:
 
 
 async def test_without_key_names_and_kinds_still_work(js) -> None:
-    await (await CredentialStore.open(js, generate_key())).put("api", "secret", {"value": "v-1234"})
+    await (await CredentialStore.open(js, generate_key())).put(
+        "api", "secret", {"value": "v-1234"}
+    )
     keyless = await CredentialStore.open(js, None)
     assert not keyless.can_decrypt
     assert await keyless.exists("api")

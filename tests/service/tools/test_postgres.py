@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from noetl.worker.tools import get_tool
-from noetl.worker.tools.postgres import PostgresServices
+from noetl.worker.tools.postgres import ConnectionSettings, PostgresServices
 from tests.unit.tools.helpers import make_ctx
 
 pytestmark = pytest.mark.postgres
@@ -193,3 +193,41 @@ async def test_unreachable_server_is_retryable_and_hides_password(services) -> N
 async def test_unknown_keychain_entry(services, pg_dsn) -> None:
     out = await pg({"query": "SELECT 1"}, services, pg_dsn, keychain={})
     assert out["error"]["kind"] == "keychain_unresolved" and "pg_test" in out["error"]["message"]
+
+
+async def test_statement_prepared_once_per_connection_and_again_after_a_schema_change(
+    pg_dsn: str, table: str
+) -> None:
+    """A loop's SQL is prepared once per pooled connection (asyncpg's statement cache), and a
+    column changing type under a cached statement costs no task: the stale plan is prepared
+    again and the statement run once more, the rendered value coerced to the new type."""
+    try:
+        conn = await asyncpg.connect(pg_dsn, timeout=3)
+    except (OSError, TimeoutError, asyncpg.PostgresError):
+        pytest.skip("PostgreSQL is unreachable; set NOETL_TEST_PG_DSN")
+    await conn.close()
+    svc = PostgresServices(max_size=1)  # one connection: every task below borrows the same one
+    services = {"postgres": svc}
+    try:
+        made = await pg({"command": f"CREATE TABLE {table} (id int, name text)"}, services, pg_dsn)
+        assert made["status"] == "ok", made
+        insert = {"command": f"INSERT INTO {table} (id, name) VALUES ($1, $2)", "params": ["1", 1]}
+        select = {"query": f"SELECT name FROM {table} WHERE id = $1", "params": ["1"]}
+        pool = await svc.pool(ConnectionSettings({"dsn": pg_dsn}), 10)
+        for _ in range(3):
+            assert (await pg(insert, services, pg_dsn))["status"] == "ok"
+        async with pool.acquire() as c:
+            prepared = await c.fetchval(
+                "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE $1", f"INSERT INTO {table}%"
+            )
+        assert prepared == 1
+        assert (await pg(select, services, pg_dsn))["result"]["rowcount"] == 3
+        altered = await pg({"command": f"ALTER TABLE {table} ALTER COLUMN id TYPE text"}, services, pg_dsn)
+        assert altered["status"] == "ok", altered
+        # the cached plan compares text with an integer parameter: refused, prepared again, run
+        again = await pg({**select, "params": [1]}, services, pg_dsn)
+        assert again["status"] == "ok", again
+        assert again["result"]["rows"] == [{"name": "1"}] * 3
+    finally:
+        await pg({"command": f"DROP TABLE IF EXISTS {table}"}, services, pg_dsn)
+        await svc.aclose()

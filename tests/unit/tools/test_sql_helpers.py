@@ -5,9 +5,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from noetl.worker.tools.postgres import _Refused, coerce_params
+from noetl.worker.tools.postgres import _RefusedError, coerce_params
 from noetl.worker.tools.sqlsplit import split_statements
-from noetl.worker.tools.values import NotJsonError, json_safe, strict_json
+from noetl.worker.tools.values import ResultNotJsonError, json_safe, strict_json
 
 
 def test_split_plain() -> None:
@@ -85,14 +85,14 @@ def test_coerce_params_to_statement_types() -> None:
 
 
 def test_coerce_error_names_parameter_not_value() -> None:
-    with pytest.raises(_Refused) as info:
+    with pytest.raises(_RefusedError) as info:
         coerce_params(["1", "secret-value"], (T("int4"), T("int4")))
     message = info.value.outcome["error"]["message"]
     assert "$2" in message and "int4" in message and "secret-value" not in message
 
 
 def test_coerce_count_mismatch() -> None:
-    with pytest.raises(_Refused, match="2 parameter"):
+    with pytest.raises(_RefusedError, match="2 parameter"):
         coerce_params([1], (T("int4"), T("int4")))
 
 
@@ -119,5 +119,5 @@ def test_json_safe() -> None:
 
 def test_strict_json() -> None:
     assert strict_json({"a": (1, 2), 3: None}) == {"a": [1, 2], "3": None}
-    with pytest.raises(NotJsonError, match=r"set at result\['a'\]\[0\]"):
+    with pytest.raises(ResultNotJsonError, match=r"set at result\['a'\]\[0\]"):
         strict_json({"a": [{1}]})

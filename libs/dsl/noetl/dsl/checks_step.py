@@ -204,23 +204,8 @@ def _mode_knobs(source: dict[str, Any], path: Path, r: Report) -> tuple[Any, Any
     return mode, cap
 
 
-def _check_loop(loop: Any, path: Path, r: Report) -> bool:
-    """Check ``loop``; True when its iterations run in parallel."""
-    if not isinstance(loop, dict):
-        r.add(
-            path,
-            f"`loop` is a mapping `{{in: ..., iterator: ..., spec: {{mode: ...}}}}`, found {type_name(loop)}",
-        )
-        return False
-    for key in loop:
-        if key in ("mode", "max_in_flight"):
-            r.add((*path, key), f"`loop.{key}` goes in `loop.spec.{key}`")
-        elif key not in LOOP_KEYS:
-            r.add((*path, key), f"unknown loop key {describe(key)}: a loop has {', '.join(LOOP_KEYS)}")
-    if "in" not in loop:
-        r.add(path, 'the loop needs `in`: the list to iterate, e.g. `in: "{{ workload.items }}"`')
-    elif not isinstance(loop["in"], str | list):
-        r.add((*path, "in"), f"`loop.in` is a template (or a literal list), found {type_name(loop['in'])}")
+def _check_iterator(loop: dict[str, Any], path: Path, r: Report) -> None:
+    """The iterator's name: it must not hide what `iter` already holds."""
     iterator = loop.get("iterator")
     if "iterator" not in loop:
         r.add(
@@ -238,6 +223,26 @@ def _check_loop(loop: Any, path: Path, r: Report) -> bool:
             "`iterator` cannot be `parent`: `iter.parent` is the calling loop iteration of a child playbook "
             "(SEMANTICS §19), which this name would hide: choose another name",
         )
+
+
+def _check_loop(loop: Any, path: Path, r: Report) -> bool:
+    """Check ``loop``; True when its iterations run in parallel."""
+    if not isinstance(loop, dict):
+        r.add(
+            path,
+            f"`loop` is a mapping `{{in: ..., iterator: ..., spec: {{mode: ...}}}}`, found {type_name(loop)}",
+        )
+        return False
+    for key in loop:
+        if key in ("mode", "max_in_flight"):
+            r.add((*path, key), f"`loop.{key}` goes in `loop.spec.{key}`")
+        elif key not in LOOP_KEYS:
+            r.add((*path, key), f"unknown loop key {describe(key)}: a loop has {', '.join(LOOP_KEYS)}")
+    if "in" not in loop:
+        r.add(path, 'the loop needs `in`: the list to iterate, e.g. `in: "{{ workload.items }}"`')
+    elif not isinstance(loop["in"], str | list):
+        r.add((*path, "in"), f"`loop.in` is a template (or a literal list), found {type_name(loop['in'])}")
+    _check_iterator(loop, path, r)
     spec = loop.get("spec")
     if spec is None:
         return False

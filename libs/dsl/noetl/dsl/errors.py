@@ -7,6 +7,7 @@ The same ``kind`` appears in task outcomes (``outcome.error.kind``), in events
     NoetlError                      kind
     ├── PlaybookInvalidError        playbook_invalid      (validation; carries every Problem)
     ├── TemplateError               template_error
+    │   └── TemplateLimitError      template_limit        (a render over budget, reported as template_error)
     ├── PolicyFailError             policy_fail
     ├── RetriesExhaustedError       retries_exhausted
     ├── TaskRunLimitError           task_run_limit
@@ -23,6 +24,7 @@ The same ``kind`` appears in task outcomes (``outcome.error.kind``), in events
     │   ├── ScriptNotAllowedError   script_not_allowed    (NOETL_ALLOW_SCRIPT=false on the worker)
     │   └── ChildExecutionError     child_failed
     ├── PayloadTooLargeError        payload_too_large     (a command or event over JetStream's limit)
+    │   └── BodyTooLargeError       body_too_large        (API: a request body over its limit, 413)
     ├── ResultStoreError            result_store_error
     ├── WorkerLostError             worker_lost
     ├── UnavailableError            unavailable           (API: NATS unreachable, try again)
@@ -38,7 +40,28 @@ The same ``kind`` appears in task outcomes (``outcome.error.kind``), in events
     ├── StepFailedError             step_failed           (a failed step that said nothing)
     ├── NoSuchEntityError           not_found             (API: no such execution, credential, playbook)
     ├── UnauthorizedError           unauthorized          (API: no valid token)
-    └── ForbiddenError              forbidden             (API: the token's role may not do this)
+    ├── ForbiddenError              forbidden             (API: the token's role may not do this)
+    ├── WireError                   wire_invalid          (a message that is not an event or command we read)
+    ├── ResultNotJsonError          result_not_json       (a task's value with no JSON form)
+    ├── NatsUnreachableError        nats_unreachable      (CLI: no NATS at the URL for these credentials)
+    ├── NatsUnsuitableError         nats_unsuitable       (CLI: a NATS too old, or without JetStream)
+    └── BusError                    bus_error             (the bus port's transport failures, below)
+        ├── BusUnavailableError     bus_unavailable       (not now: wait it out, same ids)
+        ├── NoStreamError           no_stream
+        ├── BusRefusedError         bus_refused           (never storable as it is)
+        ├── ReaderLostError         reader_lost
+        ├── KeyExistsError          key_exists
+        ├── RevisionMismatchError   revision_mismatch
+        └── PullRefusedError        pull_refused
+
+The bus family is the port's (``noetl.events.port``): the NATS adapter translates nats-py's errors
+into it, and the in-memory twin raises it as NATS would. A bus error inside a task is the task's
+failure like any other; outside one (storing a decision, acking, reading a credential) the caller
+waits it out (``noetl.events.retry``) rather than reporting it.
+
+One exception stands outside ``Exception`` on purpose: the python tool's ``TaskTimedOutError``
+(``BaseException``), raised into a task's thread at its time limit, so that the task's own
+``except Exception`` cannot swallow it, as ``asyncio.CancelledError`` is for a cancelled task.
 
 Third-party exceptions are translated into this tree only at the boundary (the tool kinds and the
 adapters), never deep inside the engine.
@@ -145,6 +168,13 @@ class CredentialScopeError(NoetlError):
     kind = "credential_out_of_scope"
 
 
+class TemplateLimitError(TemplateError):
+    """A template tried to build too much or to work too long: the renderer reports it as a
+    ``template_error`` naming the limit (``noetl.dsl.template_limits``)."""
+
+    kind = "template_limit"
+
+
 class ToolError(NoetlError):
     kind = "tool_error"
 
@@ -188,6 +218,12 @@ class ChildExecutionError(ToolError):
 
 class PayloadTooLargeError(NoetlError):
     kind = "payload_too_large"
+
+
+class BodyTooLargeError(PayloadTooLargeError, ValueError):
+    """An API request body over its limit, refused before it is all in memory (a 413)."""
+
+    kind = "body_too_large"
 
 
 class ResultStoreError(NoetlError):
@@ -305,6 +341,28 @@ class SignalNotAwaitedError(NoetlError):
     kind = "signal_not_awaited"
 
 
+class ResultNotJsonError(NoetlError, TypeError):
+    """A value a task returned that has no JSON form; ``path`` says where it sits."""
+
+    kind = "result_not_json"
+
+    def __init__(self, path: str, value: Any) -> None:
+        super().__init__(f"{type(value).__name__} at {path}")
+        self.path = path
+
+
+class NatsUnreachableError(NoetlError):
+    """The CLI found no NATS at the URL, or not one that takes these credentials."""
+
+    kind = "nats_unreachable"
+
+
+class NatsUnsuitableError(NoetlError):
+    """The CLI reached a NATS it cannot work with (too old, or without JetStream)."""
+
+    kind = "nats_unsuitable"
+
+
 def reply_error(err: NoetlError) -> dict[str, Any]:
     """The ``{"error": {kind, message}}`` body of an API or NATS-service refusal."""
     return {"error": {"kind": err.kind, "message": err.message, **err.details}}
@@ -326,3 +384,16 @@ def all_error_kinds() -> dict[str, type[NoetlError]]:
         out.setdefault(cls.kind, cls)
         stack.extend(cls.__subclasses__())
     return out
+
+
+# the transport's branch of the tree, in a module of its own (imported here, so every class of the
+# tree exists once this module is imported: ``all_error_kinds`` walks the subclasses)
+from noetl.dsl.errors_bus import BusError as BusError  # noqa: E402
+from noetl.dsl.errors_bus import BusRefusedError as BusRefusedError  # noqa: E402
+from noetl.dsl.errors_bus import BusUnavailableError as BusUnavailableError  # noqa: E402
+from noetl.dsl.errors_bus import KeyExistsError as KeyExistsError  # noqa: E402
+from noetl.dsl.errors_bus import NoStreamError as NoStreamError  # noqa: E402
+from noetl.dsl.errors_bus import PullRefusedError as PullRefusedError  # noqa: E402
+from noetl.dsl.errors_bus import ReaderLostError as ReaderLostError  # noqa: E402
+from noetl.dsl.errors_bus import RevisionMismatchError as RevisionMismatchError  # noqa: E402
+from noetl.dsl.errors_bus import WireError as WireError  # noqa: E402

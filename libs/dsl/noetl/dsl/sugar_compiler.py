@@ -231,56 +231,69 @@ class _Compiler:
         parsed: list[tuple[Any, list[Any], Path]] = []  # (when or None for else, do, do path)
         ok = True
         for i, branch in enumerate(branches):
-            bpath = (*cpath, i)
-            if not isinstance(branch, dict):
-                self.problem(
-                    bpath,
-                    f"a `choose` branch is a mapping `{{when: ..., do: [...]}}`, found {type_name(branch)}",
-                )
-                ok = False
-                continue
-            if "else" in branch:
-                inner = branch["else"]
-                if i != len(branches) - 1:
-                    self.problem(bpath, "`else` must be the last branch of a `choose`")
-                    ok = False
-                extra = [k for k in branch if k != "else"]
-                if extra or not isinstance(inner, dict):
-                    self.problem(bpath, "the fallback branch is written `- else: {do: [<tasks>]}`")
-                    ok = False
-                    continue
-                for key in inner:
-                    if key != "do":
-                        self.problem(
-                            (*bpath, "else", key), f"unknown key {describe(key)} in `else`: it has do"
-                        )
-                tasks = self.do_list(inner, (*bpath, "else"), "`else`", empty_ok=True)
-                if tasks is None:
-                    ok = False
-                    continue
-                parsed.append((None, tasks, (*bpath, "else", "do")))
-                continue
-            for key in branch:
-                if key not in ("when", "do"):
-                    self.problem(
-                        (*bpath, key),
-                        f"unknown key {describe(key)} in a `choose` branch: it has "
-                        "when, do (or else: {do})",
-                    )
-                    ok = False
-            if "when" not in branch:
-                self.problem(bpath, "a `choose` branch needs `when: <condition>` (or is the last `- else:`)")
-                ok = False
-                continue
-            if not self.condition(branch["when"], (*bpath, "when"), "when"):
-                ok = False
-            tasks = self.do_list(branch, bpath, "a `choose` branch", empty_ok=True)
-            if tasks is None:
-                ok = False
-                continue
-            parsed.append((branch["when"], tasks, (*bpath, "do")))
+            good, entry = self._choose_branch(branch, (*cpath, i), i == len(branches) - 1)
+            ok = ok and good
+            if entry is not None:
+                parsed.append(entry)
         if not ok:
             return []
+        return self._choose_tasks(label, raw, cpath, parsed)
+
+    def _choose_branch(
+        self, branch: Any, bpath: Path, last: bool
+    ) -> tuple[bool, tuple[Any, list[Any], Path] | None]:
+        """One branch, checked: whether it is well formed, and (when) its tasks could be read,
+        (when, do, do path); every problem is reported, not only the first."""
+        if not isinstance(branch, dict):
+            self.problem(
+                bpath,
+                f"a `choose` branch is a mapping `{{when: ..., do: [...]}}`, found {type_name(branch)}",
+            )
+            return False, None
+        if "else" in branch:
+            return self._choose_else(branch, bpath, last)
+        ok = True
+        for key in branch:
+            if key not in ("when", "do"):
+                self.problem(
+                    (*bpath, key),
+                    f"unknown key {describe(key)} in a `choose` branch: it has when, do (or else: {{do}})",
+                )
+                ok = False
+        if "when" not in branch:
+            self.problem(bpath, "a `choose` branch needs `when: <condition>` (or is the last `- else:`)")
+            return False, None
+        if not self.condition(branch["when"], (*bpath, "when"), "when"):
+            ok = False
+        tasks = self.do_list(branch, bpath, "a `choose` branch", empty_ok=True)
+        if tasks is None:
+            return False, None
+        return ok, (branch["when"], tasks, (*bpath, "do"))
+
+    def _choose_else(
+        self, branch: dict[str, Any], bpath: Path, last: bool
+    ) -> tuple[bool, tuple[Any, list[Any], Path] | None]:
+        ok = True
+        inner = branch["else"]
+        if not last:
+            self.problem(bpath, "`else` must be the last branch of a `choose`")
+            ok = False
+        extra = [k for k in branch if k != "else"]
+        if extra or not isinstance(inner, dict):
+            self.problem(bpath, "the fallback branch is written `- else: {do: [<tasks>]}`")
+            return False, None
+        for key in inner:
+            if key != "do":
+                self.problem((*bpath, "else", key), f"unknown key {describe(key)} in `else`: it has do")
+        tasks = self.do_list(inner, (*bpath, "else"), "`else`", empty_ok=True)
+        if tasks is None:
+            return False, None
+        return ok, (None, tasks, (*bpath, "else", "do"))
+
+    def _choose_tasks(
+        self, label: str, raw: Path, cpath: Path, parsed: list[tuple[Any, list[Any], Path]]
+    ) -> list[_Out]:
+        """The checked branches as tasks: a dispatch, each branch's block, a merge point."""
         end = f"{label}.end"
         has_else = parsed[-1][0] is None
         rules: list[tuple[Any, str | _Next]] = [

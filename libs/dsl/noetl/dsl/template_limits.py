@@ -22,9 +22,7 @@ from typing import Any
 from jinja2.runtime import Undefined
 from jinja2.utils import _PassArg
 
-
-class LimitExceeded(Exception):
-    """A template tried to build too much or to work too long (reported as a template_error)."""
+from noetl.dsl.errors import TemplateLimitError as TemplateLimitError
 
 
 @dataclass(frozen=True)
@@ -64,8 +62,8 @@ def weight(value: Any, cap: int) -> int:
     return total
 
 
-def too_big(limits: Limits, what: str) -> LimitExceeded:
-    return LimitExceeded(f"{what} exceeds the template size limit ({limits.max_chars} characters)")
+def too_big(limits: Limits, what: str) -> TemplateLimitError:
+    return TemplateLimitError(f"{what} exceeds the template size limit ({limits.max_chars} characters)")
 
 
 def check_size(limits: Limits, size: int, what: str = "the value") -> None:
@@ -86,7 +84,7 @@ def spend(context: Any, limits: Limits) -> None:
     left = context.noetl_ops - 1
     context.noetl_ops = left
     if left < 0:
-        raise LimitExceeded(f"the template does too much work (more than {limits.max_ops} loop "
+        raise TemplateLimitError(f"the template does too much work (more than {limits.max_ops} loop "
                             "iterations and calls in one render)")
 
 
@@ -96,7 +94,7 @@ def charge(context: Any, limits: Limits, units: int) -> None:
     left = context.noetl_work - units
     context.noetl_work = left
     if left < 0:
-        raise LimitExceeded(
+        raise TemplateLimitError(
             f"the template does too much work (its filters would process more than {limits.max_work} "
             "items and characters in one render); work on less data, or in a python task"
         )
@@ -148,7 +146,7 @@ def guarded_range(limits: Limits) -> Callable[..., range]:
     def range_(*args: int) -> range:
         rng = range(*args)
         if len(rng) > limits.max_range:
-            raise LimitExceeded(f"range of {len(rng)} items exceeds the limit ({limits.max_range})")
+            raise TemplateLimitError(f"range of {len(rng)} items exceeds the limit ({limits.max_range})")
         return rng
 
     return range_
@@ -213,7 +211,7 @@ def _charge(context: Any, limits: Limits, units: int, what: str) -> None:
     left = context.noetl_work - units
     context.noetl_work = left
     if left < 0:
-        raise LimitExceeded(
+        raise TemplateLimitError(
             f"the template does too much work ({what} costs {units} units; a render may spend "
             f"{limits.max_work}); compute it in a python task"
         )

@@ -10,7 +10,14 @@ from typing import Any
 
 from jinja2.runtime import Undefined
 
-from noetl.dsl.template_limits import LimitExceeded, Limits, check_built, check_printf, check_size, weight
+from noetl.dsl.template_limits import (
+    Limits,
+    TemplateLimitError,
+    check_built,
+    check_printf,
+    check_size,
+    weight,
+)
 
 
 def _arg(args: tuple[Any, ...], kwargs: Mapping[str, Any], i: int, name: str, default: Any) -> Any:
@@ -88,7 +95,7 @@ def _pre_replace(limits: Limits, s: Any, old: Any = "", new: Any = "", count: An
 
 def _pre_tojson(limits: Limits, value: Any, indent: Any = None, *_: Any, **__: Any) -> None:
     if isinstance(indent, int) and indent > 16:
-        raise LimitExceeded(f"tojson indent {indent} is larger than 16")
+        raise TemplateLimitError(f"tojson indent {indent} is larger than 16")
 
 
 def _pre_count(name: str, index: int) -> Callable[..., None]:

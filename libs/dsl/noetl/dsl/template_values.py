@@ -60,5 +60,5 @@ def materialize(value: Iterator[Any] | range, cap: int) -> list[Any]:
     for item in value:
         out.append(item)
         if len(out) > cap:
-            raise lim.LimitExceeded(f"an iterator yields more than {cap} items")
+            raise lim.TemplateLimitError(f"an iterator yields more than {cap} items")
     return out

@@ -25,7 +25,7 @@ from jinja2.exceptions import TemplateSyntaxError
 
 from noetl.dsl.errors import TemplateError
 from noetl.dsl.template_env import NoetlSandbox, RenderContext, clean, shallow
-from noetl.dsl.template_limits import LimitExceeded, Limits, too_big
+from noetl.dsl.template_limits import Limits, TemplateLimitError, too_big
 
 __all__ = ["ENGINE", "NoetlSandbox", "TemplateEngine", "check_syntax", "is_template"]
 
@@ -43,7 +43,7 @@ def is_template(value: Any) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value or "{#" in value)
 
 
-class _Failure(Exception):
+class _LeafError(TemplateError):
     """A leaf failed; containers add their key to ``trail`` as the exception unwinds, so the
     path is only built when something actually fails."""
 
@@ -68,7 +68,7 @@ def _segment(key: Any) -> str:
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, (JinjaTemplateError, LimitExceeded)):
+    if isinstance(exc, (JinjaTemplateError, TemplateLimitError)):
         return str(exc).rstrip(".")
     if isinstance(exc, RecursionError):
         return "the template recurses too deeply"
@@ -134,7 +134,7 @@ class TemplateEngine:
         scope = _Scope(context)
         try:
             return self._walk(value, scope)
-        except _Failure as failure:
+        except _LeafError as failure:
             raise failure.to_error(path) from failure.__cause__
         finally:
             self._spent(scope)
@@ -145,7 +145,7 @@ class TemplateEngine:
         scope = _Scope(context)
         try:
             return self._run(entry, source, scope)  # type: ignore[no-any-return]
-        except _Failure as failure:
+        except _LeafError as failure:
             raise failure.to_error(path) from failure.__cause__
         finally:
             self._spent(scope)
@@ -178,7 +178,7 @@ class TemplateEngine:
             for key, item in value.items():
                 try:
                     out[key] = self._walk(item, scope)
-                except _Failure as failure:
+                except _LeafError as failure:
                     failure.trail.append(_segment(key))
                     raise
             return out
@@ -187,7 +187,7 @@ class TemplateEngine:
             for index, item in enumerate(value):
                 try:
                     items.append(self._walk(item, scope))
-                except _Failure as failure:
+                except _LeafError as failure:
                     failure.trail.append(f"[{index}]")
                     raise
             return items
@@ -198,7 +198,7 @@ class TemplateEngine:
         if kind == _CONST:
             return payload
         if kind == _BROKEN:
-            raise _Failure(payload, source)
+            raise _LeafError(payload, source)
         ctx = scope.jctx
         if ctx is None:
             ctx = scope.jctx = RenderContext.fresh(self.env, scope.data)
@@ -214,7 +214,7 @@ class TemplateEngine:
                 return clean(value, self.limits.max_chars) if scan else shallow(value, self.limits.max_chars)
             return self._stream(payload, ctx)
         except Exception as exc:
-            raise _Failure(_describe(exc), source) from exc
+            raise _LeafError(_describe(exc), source) from exc
         finally:
             if ctx.vars:                       # a {% set %} must not leak into the next template
                 ctx.vars.clear()

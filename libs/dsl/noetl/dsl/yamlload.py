@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from noetl.dsl.errors import Problem
+from noetl.dsl.errors import NoetlError, Problem
 
 Path = tuple[str | int, ...]
 
@@ -107,7 +107,7 @@ class LoadedYaml:
     problems: list[Problem]
 
 
-class _LoadError(Exception):
+class _LoadError(NoetlError):
     def __init__(self, line: int, message: str) -> None:
         super().__init__(message)
         self.line = line

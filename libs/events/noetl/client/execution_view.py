@@ -10,6 +10,11 @@ from typing import Any
 
 # the order a step's status is picked in when it has several runs: what needs attention first
 _PRIORITY = ("waiting", "running", "failed", "stopped", "done", "skipped")
+# errors that end an iteration without it having failed on its own (a cancel or an abort
+# stopped it): shown as ``stopped``, not as a failure to look into
+STOP_KINDS = frozenset({"cancelled", "aborted", "step_timeout", "execution_timeout"})
+# a step run that has not ended: running, or waiting for its signal (SEMANTICS §17)
+OPEN = ("running", "waiting")
 
 
 def parse_ts(value: Any) -> datetime | None:
@@ -43,6 +48,25 @@ class TaskRun:
     output: str | None = None  # what the task printed or logged (masked, capped), or where it is
     index: int | None = None  # the loop iteration it ran in
     child: str | None = None  # the child execution a ``kind: playbook`` task started
+    task_run_id: str | None = None
+    step_run_id: str | None = None
+
+
+@dataclass
+class Iteration:
+    """One loop iteration as its events tell it: the row a person pages through to find the one
+    that failed (``noetl.client.iterations``). ``duration_ms`` is fixed when it ends; one still
+    running when the execution finished is ``stopped`` then, with no duration."""
+
+    index: int
+    started: str | None = None
+    status: str = "running"  # then done, failed, or stopped (ended by a cancel, abort or timeout)
+    attempts: int = 0  # the highest attempt of its task runs
+    tasks: int = 0  # task runs started in it
+    ended: str | None = None
+    duration_ms: float | None = None
+    error: dict[str, Any] | None = None
+    worker: str | None = None
 
 
 @dataclass
@@ -54,6 +78,18 @@ class LoopProgress:
     # ended by a cancel, an abort or a timeout rather than failing on their own: not failures
     stopped: set[int] = field(default_factory=set)
     final: tuple[int, int] | None = None  # (done, failed) as the server counted them at the end
+    announced: bool = False  # loop.started seen, not only iterations or counts of a run
+    rows: dict[int, Iteration] = field(default_factory=dict)
+    # the rows still ``running``, kept as they change: a status line redrawn ten times a second
+    # must not scan a million rows
+    running: set[int] = field(default_factory=set)
+
+    def ended_counts(self) -> tuple[int, int]:
+        """(done, failed) as the server counts them (a stopped iteration is a failed one): the
+        terminal's numbers, which it reports in its own words."""
+        if self.final:
+            return self.final
+        return len(self.done), len(self.failed | self.stopped)
 
     @property
     def done_count(self) -> int:
@@ -84,10 +120,24 @@ class StepRun:
     error: dict[str, Any] | None = None
     loop: LoopProgress | None = None
     tasks: list[TaskRun] = field(default_factory=list)
+    # where in the log it was first scheduled, skipped or ended (1-based): SEMANTICS §15 lists a
+    # step's runs in that order, and not a run only announced as waiting for its signal
+    listed: int | None = None
 
     @property
     def duration_ms(self) -> float | None:
         return duration_ms(self.started, self.ended)
+
+    @property
+    def announced_loop(self) -> LoopProgress | None:
+        """Its loop once ``loop.started`` said so: what a terminal counts iterations of."""
+        return self.loop if self.loop is not None and self.loop.announced else None
+
+    @property
+    def in_flight(self) -> int:
+        """Iterations running now: none once the run itself ended."""
+        loop = self.announced_loop
+        return len(loop.running) if loop is not None and self.status in OPEN else 0
 
 
 @dataclass(frozen=True)
@@ -129,6 +179,8 @@ class ExecutionView:
     schedule: str | None = None  # the schedule whose fire started it (SEMANTICS §18)
     waiting: list[Wait] = field(default_factory=list)  # the signals its step runs wait for now
     runs: list[StepRun] = field(default_factory=list)
+    # every task run by its id, in the order they started (``task.started`` only)
+    tasks: dict[str, TaskRun] = field(default_factory=dict)
     arcs: Counter[tuple[str, int]] = field(default_factory=Counter)  # (step, arc index) -> fired
     events: int = 0
     finished: bool = False  # playbook.processed seen: nothing more will come

@@ -26,30 +26,28 @@ from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events
 from noetl.events.envelope import Event, dumps, loads
 from noetl.events.ids import execution_id_for
-from noetl.events.nats_port import Connection, as_bus
 from noetl.events.objects import expand, is_reference, resolve
+from noetl.events.port import Bus
 
 
-async def submit(conn: Connection, request: dict[str, Any]) -> str:
+async def submit(bus: Bus, request: dict[str, Any]) -> str:
     """Publish an execution request; the same ``request_id`` twice is one execution. Returns the
-    execution id, derived from the request id unless the request names one. ``conn``: a bus port,
-    or a nats-py connection or JetStream context (``as_bus``), as for every function here."""
-    await as_bus(conn).publish(s.REQUEST_SUBJECT, dumps(request), msg_id=request["request_id"])
+    execution id, derived from the request id unless the request names one."""
+    await bus.publish(s.REQUEST_SUBJECT, dumps(request), msg_id=request["request_id"])
     return str(request.get("execution_id") or execution_id_for(request["request_id"]))
 
 
-async def _recorded(bus: Any, execution_id: str) -> bool:
+async def _recorded(bus: Bus, execution_id: str) -> bool:
     requested = s.execution_event_filter(execution_id, "playbook.execution.requested")
     return await bus.last(s.EVENTS_STREAM, requested) is not None
 
 
 async def cancel(
-    conn: Any, execution_id: str, reason: str | None = None, *, principal: str | None = None
+    bus: Bus, execution_id: str, reason: str | None = None, *, principal: str | None = None
 ) -> dict[str, Any] | None:
     """Publish the cancel request; one id per execution, so repeated cancels are one request.
     None, and nothing published, for an execution that was never requested: a cancel must not
     make a phantom execution appear."""
-    bus = as_bus(conn)
     if not await _recorded(bus, execution_id):
         return None
     body: dict[str, Any] = {"execution_id": execution_id, "reason": reason or "cancelled by request"}
@@ -59,11 +57,10 @@ async def cancel(
     return {"execution_id": execution_id, "cancel": "requested"}
 
 
-async def _outside(conn: Connection, subject: str, what: str, body: dict[str, Any]) -> dict[str, Any]:
+async def _outside(bus: Bus, subject: str, what: str, body: dict[str, Any]) -> dict[str, Any]:
     """Signal, pause, resume (SEMANTICS §17): refused here, with a reason, for an execution that
     does not exist or has finished; otherwise published for the server to record as an input.
     ``request_id`` (a fresh one unless given) makes a repeated send one request."""
-    bus = as_bus(conn)
     execution_id = body["execution_id"]
     if problem := execution_id_problem(execution_id):
         return reply_error(RequestInvalidError(problem))
@@ -111,7 +108,7 @@ def _by(body: dict[str, Any], principal: str | None) -> dict[str, Any]:
 
 
 async def signal(
-    conn: Any,
+    bus: Bus,
     execution_id: str,
     name: str,
     data: Any = None,
@@ -131,7 +128,7 @@ async def signal(
         return reply_error(RequestInvalidError(problem))
     sent_before = {"execution_id": execution_id, "signal": "sent", "request_id": request_id}
     if execution_id_problem(execution_id) is None and (request_id or not force):
-        events = await read_execution_events(as_bus(conn), execution_id)
+        events = await read_execution_events(bus, execution_id)
         if request_id and _recorded_signal(events, request_id):
             # sent again (a double click): one signal, answered as the first was, even once finished
             return sent_before
@@ -139,11 +136,11 @@ async def signal(
         if refused is not None:
             return refused
     body = {"execution_id": execution_id, "signal": name, "data": data, "request_id": request_id}
-    reply = await _outside(conn, s.SIGNAL_SUBJECT, "signal", _by(body, principal))
+    reply = await _outside(bus, s.SIGNAL_SUBJECT, "signal", _by(body, principal))
     # the first send may have been recorded, and ended the execution, between our read and now
     finished = (reply.get("error") or {}).get("kind") == "execution_finished"
     if request_id and finished:
-        again = await read_execution_events(as_bus(conn), execution_id)
+        again = await read_execution_events(bus, execution_id)
         return sent_before if _recorded_signal(again, request_id) else reply
     return reply
 
@@ -199,23 +196,23 @@ def _unawaited(events: Sequence[Mapping[str, Any]], execution_id: str, name: str
 
 
 async def pause(
-    conn: Any, execution_id: str, reason: str | None = None, *, principal: str | None = None
+    bus: Bus, execution_id: str, reason: str | None = None, *, principal: str | None = None
 ) -> dict[str, Any]:
     """Nothing new is scheduled until ``resume``; running step runs finish."""
     body = _by({"execution_id": execution_id, "reason": reason}, principal)
-    return await _outside(conn, s.PAUSE_SUBJECT, "pause", body)
+    return await _outside(bus, s.PAUSE_SUBJECT, "pause", body)
 
 
-async def resume(conn: Connection, execution_id: str, *, principal: str | None = None) -> dict[str, Any]:
-    return await _outside(conn, s.RESUME_SUBJECT, "resume", _by({"execution_id": execution_id}, principal))
+async def resume(bus: Bus, execution_id: str, *, principal: str | None = None) -> dict[str, Any]:
+    return await _outside(bus, s.RESUME_SUBJECT, "resume", _by({"execution_id": execution_id}, principal))
 
 
-async def finished_event(conn: Connection, execution_id: str) -> dict[str, Any] | None:
+async def finished_event(bus: Bus, execution_id: str) -> dict[str, Any] | None:
     """The execution's ``workflow.finished``, if it has one yet."""
-    done = await as_bus(conn).last(
+    done = await bus.last(
         s.EVENTS_STREAM, s.execution_event_filter(execution_id, "workflow.finished")
     )
-    return await expand(conn, loads(done.data)) if done is not None else None
+    return await expand(bus, loads(done.data)) if done is not None else None
 
 
 class Awaited:
@@ -223,14 +220,14 @@ class Awaited:
     the end of a fast execution cannot be missed: the notice is a subscription, and the stream is
     read once the subscription stands."""
 
-    def __init__(self, bus: Any, execution_id: str, name: str) -> None:
+    def __init__(self, bus: Bus, execution_id: str, name: str) -> None:
         self.bus, self.subject = bus, s.execution_event_filter(execution_id, name)
         self._seen: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._sub: Any = None
 
     @classmethod
-    async def open(cls, conn: Connection, execution_id: str, name: str = "playbook.processed") -> Awaited:
-        self = cls(as_bus(conn), execution_id, name)
+    async def open(cls, bus: Bus, execution_id: str, name: str = "playbook.processed") -> Awaited:
+        self = cls(bus, execution_id, name)
         self._sub = await self.bus.subscribe(self.subject, self._notice)
         return self
 
@@ -255,34 +252,33 @@ class Awaited:
 
 
 async def wait_finished(
-    conn: Any, execution_id: str, timeout: float | None = None, already_subscribed: Awaited | None = None
+    bus: Bus, execution_id: str, timeout: float | None = None, already_subscribed: Awaited | None = None
 ) -> None:
     """Until the execution is processed (``TimeoutError`` after ``timeout`` seconds)."""
-    awaited = already_subscribed or await Awaited.open(conn, execution_id)
+    awaited = already_subscribed or await Awaited.open(bus, execution_id)
     await awaited.wait(timeout)
 
 
-async def complete_log(conn: Connection, execution_id: str, patience: float = 5.0) -> list[Event]:
+async def complete_log(bus: Bus, execution_id: str, patience: float = 5.0) -> list[Event]:
     """The execution's events up to ``playbook.processed``.
 
     A core subscriber can hear of a message before the stream has stored it, so a read right
     after the notification may end a few events short: read again until the last event is there.
     """
-    events = await read_execution_events(conn, execution_id)
+    events = await read_execution_events(bus, execution_id)
     waited = 0.0
     while (not events or events[-1].get("name") != "playbook.processed") and waited < patience:
         await asyncio.sleep(0.02)
         waited += 0.02
-        events = await read_execution_events(conn, execution_id)
+        events = await read_execution_events(bus, execution_id)
     return events
 
 
 async def run_and_wait(
-    conn: Connection, request: dict[str, Any], timeout: float | None = None
+    bus: Bus, request: dict[str, Any], timeout: float | None = None
 ) -> dict[str, Any]:
     from noetl.client.view import execution_output
 
-    bus = as_bus(conn)
     execution_id = request.get("execution_id") or execution_id_for(request["request_id"])
     awaited = await Awaited.open(bus, execution_id)
     try:

@@ -1,5 +1,6 @@
-"""The ``--json`` view of an execution (SEMANTICS §15), built from its events alone: the same
-for the CLI, the HTTP API and every client that follows an execution."""
+"""The ``--json`` view of an execution (SEMANTICS §15), rendered from the read-side projection
+(``noetl.client.projection``) of its events: the same for the CLI, the HTTP API and every client
+that follows an execution."""
 
 from __future__ import annotations
 
@@ -7,43 +8,33 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from noetl.client import projection
-from noetl.events.vocabulary import EventName
-
-_STEP_STATUS = {"step.done": "done", "loop.done": "done", "step.failed": "failed"}
+from noetl.client.execution_view import ExecutionView
 
 
 def execution_output(execution_id: str, events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    runs: dict[str, dict[str, Any]] = {}
+    out = output_of(projection.folded(execution_id, events).view)
+    out["events"] = events
+    return out
+
+
+def output_of(view: ExecutionView) -> dict[str, Any]:
+    """The SEMANTICS §15 fields of an unsettled view (``projection.folded``): a run the execution
+    left running when it finished still says ``running`` here, as the log left it, and a run
+    only announced as waiting for its signal is not listed until it is scheduled or ends."""
     steps: dict[str, list[dict[str, Any]]] = {}
-    finished: dict[str, Any] = {}
-    for ev in events:
-        name: EventName | None = ev.get("name")  # so each name compared below is checked
-        rid = ev.get("step_run_id")
-        run: dict[str, Any] | None
-        if name in ("step.scheduled", "step.skipped") and rid and rid not in runs:
-            run = {"status": "skipped" if name == "step.skipped" else "running", "result": None}
-            runs[rid] = run
-            steps.setdefault(ev["entity_id"], []).append(run)
-        elif name in _STEP_STATUS and rid:
-            run = runs.get(rid)
-            if run is None:  # a step failed before it was scheduled (admission template error)
-                run = runs[rid] = {"status": "running", "result": None}
-                steps.setdefault(ev["entity_id"], []).append(run)
-            if run["status"] == "running":
-                run["status"] = _STEP_STATUS[name]
-                run["result"] = (ev.get("payload") or {}).get("result")
-                if name == "step.failed":
-                    run["error"] = (ev.get("payload") or {}).get("error")
-        elif name == "workflow.finished":
-            finished = ev.get("payload") or {}
+    for run in sorted((r for r in view.runs if r.listed is not None), key=lambda r: r.listed or 0):
+        entry: dict[str, Any] = {"status": "running" if run.status == "waiting" else run.status}
+        entry["result"] = run.result
+        if run.status == "failed":
+            entry["error"] = run.error
+        steps.setdefault(run.step, []).append(entry)
     return {
-        "execution_id": execution_id,
-        "status": finished.get("status", "running"),
-        "result": finished.get("result"),
-        "ctx": finished.get("ctx") or {},
-        "error": finished.get("error"),
+        "execution_id": view.execution_id,
+        "status": view.status,
+        "result": view.result,
+        "ctx": view.ctx or {},
+        "error": view.error,
         "steps": steps,
-        "events": events,
     }
 
 

@@ -27,6 +27,7 @@ from noetl.events.connection import (
     secrets_of,
 )
 from noetl.events.envelope import Event, loads
+from noetl.events.port import Bus
 from noetl.events.publisher import Publisher
 
 
@@ -85,6 +86,24 @@ async def connect(
     ``state``: filled in as it goes (``/health`` reads it).
     """
     urls = server_urls(url)
+    kw = _connect_options(name, opts)
+    limit = kw.pop("max_reconnect_attempts", -1)
+    state = state if state is not None else ConnectionState(redact_urls(urls))
+    state.url = redact_urls(urls)
+    state.secrets = secrets_of(urls, kw)
+    # a bounded connect belongs to a command that reports its own failure in one line
+    report = ConnectionLog(state, name, level=logging.WARNING if limit < 0 else logging.DEBUG)
+    kw.setdefault("error_cb", report.error_cb)
+    kw.setdefault("disconnected_cb", report.disconnected_cb)
+    kw.setdefault("reconnected_cb", report.reconnected_cb)
+    kw.setdefault("reconnect_time_wait", 0.2)  # between the two tries of a URL within one round
+    kw.setdefault("reconnect_to_server_handler", report.next_server)
+    return await _connect_rounds(urls, kw, limit, state, report)
+
+
+def _connect_options(name: str, opts: dict[str, Any]) -> dict[str, Any]:
+    """nats-py's connect options from the settings (credentials, TLS, inbox prefix); the
+    caller's ``opts`` win."""
     kw: dict[str, Any] = {"name": name, "connect_timeout": 5}
     from noetl.events.settings import setting
 
@@ -106,17 +125,13 @@ async def connect(
     if tls is not None:
         kw["tls"] = tls
     kw.update(opts)
-    limit = kw.pop("max_reconnect_attempts", -1)
-    state = state if state is not None else ConnectionState(redact_urls(urls))
-    state.url = redact_urls(urls)
-    state.secrets = secrets_of(urls, kw)
-    # a bounded connect belongs to a command that reports its own failure in one line
-    report = ConnectionLog(state, name, level=logging.WARNING if limit < 0 else logging.DEBUG)
-    kw.setdefault("error_cb", report.error_cb)
-    kw.setdefault("disconnected_cb", report.disconnected_cb)
-    kw.setdefault("reconnected_cb", report.reconnected_cb)
-    kw.setdefault("reconnect_time_wait", 0.2)  # between the two tries of a URL within one round
-    kw.setdefault("reconnect_to_server_handler", report.next_server)
+    return kw
+
+
+async def _connect_rounds(
+    urls: list[str], kw: dict[str, Any], limit: int, state: ConnectionState, report: ConnectionLog
+) -> NATS:
+    """Rounds of connect attempts until one succeeds (or, with ``limit`` >= 0, the first fails)."""
     attempt = 0
     while True:
         attempt += 1
@@ -161,30 +176,27 @@ async def publish_all(
 
 
 async def read_messages(
-    js: Any,
+    bus: Bus,
     stream: str,
     filters: list[str],
     *,
     before_seq: int | None = None,
     start_seq: int | None = None,
 ) -> list[tuple[int, Any]]:
-    """Every message of ``stream`` matching ``filters`` (stream order), as (seq, decoded JSON):
-    ``Bus.read`` for callers that hold a nats-py connection or JetStream context."""
-    from noetl.events.nats_port import as_bus
-
-    msgs = await as_bus(js).read(stream, filters, start_seq=start_seq or 1, before_seq=before_seq)
+    """Every message of ``stream`` matching ``filters`` (stream order), as (seq, decoded JSON)."""
+    msgs = await bus.read(stream, filters, start_seq=start_seq or 1, before_seq=before_seq)
     return [(m.seq, loads(m.data)) for m in msgs]
 
 
-async def read_execution_events(js: Any, execution_id: str) -> list[Event]:
-    """One execution's events in stream order; ``js``: a bus port, or a nats-py connection or
-    JetStream context. A payload the engine sent by reference (over the event limit) is read back
-    whole, so a large ``workflow.finished`` shows its result and error like any other."""
+async def read_execution_events(bus: Bus, execution_id: str) -> list[Event]:
+    """One execution's events in stream order. A payload the engine sent by reference (over the
+    event limit) is read back whole, so a large ``workflow.finished`` shows its result and error
+    like any other."""
     from noetl.events.objects import expand
 
     filters = [s.execution_events_filter(execution_id)]
-    events = [e for _, e in await read_messages(js, s.EVENTS_STREAM, filters)]
+    events = [e for _, e in await read_messages(bus, s.EVENTS_STREAM, filters)]
     by_ref = [i for i, e in enumerate(events) if "payload_ref" in (e.get("payload") or {})]
     for i in by_ref:
-        events[i] = cast(Event, await expand(js, dict(events[i])))
+        events[i] = cast(Event, await expand(bus, dict(events[i])))
     return events

@@ -14,6 +14,7 @@ import orjson
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict  # pydantic reads TypedDicts from here before Python 3.12
 
+from noetl.dsl.errors import WireError as WireError
 from noetl.events.vocabulary import EntityType, EventName, Source, Status
 
 __all__ = ["Command", "EntityType", "Event", "EventName", "Source", "Status", "WireError"]
@@ -135,15 +136,6 @@ def make_event(
 def trace_of(event: Event | dict[str, Any]) -> str:
     """An event's trace id: absent on the wire when it is the execution's own id."""
     return str(event.get("trace_id") or event["execution_id"])
-
-
-class WireError(ValueError):
-    """A message that is not an event or command this process can read: malformed JSON, a
-    missing or mistyped envelope field, or a ``schema_version`` newer than it knows."""
-
-    def __init__(self, message: str, *, newer: bool = False) -> None:
-        super().__init__(message)
-        self.newer = newer
 
 
 _KINDS = {"int": "a whole number", "str": "text", "dict": "an object"}

@@ -17,12 +17,12 @@ from noetl.events.memory_handles import _KeyValue, _Objects, _Queue
 from noetl.events.memory_schedules import Schedules
 from noetl.events.port import (
     BusError,
+    BusRefusedError,
     Message,
     NoStreamError,
     PubAck,
     QueueConfig,
     ReaderLostError,
-    RefusedError,
     StreamConfig,
     subject_matches,
 )
@@ -179,7 +179,7 @@ class MemoryBus:
         self, subject: str, data: bytes, *, msg_id: str | None = None, headers: dict[str, str] | None = None
     ) -> PubAck:
         if len(data) > self.max_payload:
-            raise RefusedError(
+            raise BusRefusedError(
                 f"message of {len(data)} bytes on {subject} is over max_payload {self.max_payload}"
             )
         stream = self._taker.get(subject)

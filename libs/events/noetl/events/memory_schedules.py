@@ -37,7 +37,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from noetl.events.port import Message, RefusedError
+from noetl.events.port import BusRefusedError, Message
 
 if TYPE_CHECKING:
     from noetl.events.memory import MemoryBus, _Stream
@@ -106,12 +106,12 @@ def _go_duration(text: str) -> float | None:
 
 
 def _parse(pattern: str, zone_name: str | None) -> _Pattern:
-    """The schedule of ``Nats-Schedule``; ``RefusedError`` where NATS answers 400."""
+    """The schedule of ``Nats-Schedule``; ``BusRefusedError`` where NATS answers 400."""
     if zone_name is not None:
         try:
             zone = ZoneInfo(zone_name) if zone_name else _UTC
         except (ZoneInfoNotFoundError, ValueError):
-            raise RefusedError(f"message schedules time zone {zone_name!r} is invalid") from None
+            raise BusRefusedError(f"message schedules time zone {zone_name!r} is invalid") from None
     else:
         zone = _UTC
     if pattern.startswith("@at ") and zone_name is None:
@@ -129,7 +129,7 @@ def _parse(pattern: str, zone_name: str | None) -> _Pattern:
         cron = _PREDEFINED.get(pattern, pattern)
         if len(cron.split()) == 6 and croniter.is_valid(cron, second_at_beginning=True):
             return _Pattern(cron=cron, zone=zone)
-    raise RefusedError(f"message schedules pattern {pattern!r} is invalid")
+    raise BusRefusedError(f"message schedules pattern {pattern!r} is invalid")
 
 
 def _publishable(subject: str) -> bool:
@@ -161,16 +161,16 @@ class Schedules:
         if pattern is None:
             return headers
         if not stream.config.schedules:  # NATS: 10188, the stream does not allow message schedules
-            raise RefusedError(f"stream {stream.config.name} does not take message schedules ({subject})")
+            raise BusRefusedError(f"stream {stream.config.name} does not take message schedules ({subject})")
         _parse(pattern, headers.get("Nats-Schedule-Time-Zone"))
         target = headers.get("Nats-Schedule-Target", "")
         if not _publishable(target) or target == subject or not stream.takes(target):
-            raise RefusedError(f"message schedules target {target!r} of {subject} is invalid")
+            raise BusRefusedError(f"message schedules target {target!r} of {subject} is invalid")
         if headers.get("Nats-Schedule-Rollup", "sub") != "sub" or "Nats-Rollup" in headers:
-            raise RefusedError(f"message schedules invalid rollup on {subject}")
+            raise BusRefusedError(f"message schedules invalid rollup on {subject}")
         for unmodelled in ("Nats-Schedule-Source", "Nats-Schedule-TTL"):
             if unmodelled in headers:
-                raise RefusedError(f"{unmodelled} is not modelled by the in-memory bus")
+                raise BusRefusedError(f"{unmodelled} is not modelled by the in-memory bus")
         return {**headers, "Nats-Rollup": "sub"}
 
     def stored(self, stream: _Stream, message: Message) -> None:

@@ -17,9 +17,9 @@ from nats.js.errors import (
 
 from noetl.events.port import (
     BusError,
+    BusRefusedError,
+    BusUnavailableError,
     NoStreamError,
-    RefusedError,
-    UnavailableError,
 )
 from noetl.events.retry import describe, is_transient
 
@@ -69,7 +69,7 @@ def port_error(e: BaseException) -> BusError | None:
     classes and JetStream's error codes are read here alone. ``__cause__`` keeps the original.
 
     Passing by itself (``is_transient``: time-outs, no responders, a reconnect, no leader) is
-    ``UnavailableError``; a message that can never be stored is ``RefusedError``; a stream that
+    ``BusUnavailableError``; a message that can never be stored is ``BusRefusedError``; a stream that
     is not there ``NoStreamError``; any other nats-py failure a plain ``BusError``.
     """
     if isinstance(e, BusError):
@@ -79,9 +79,9 @@ def port_error(e: BaseException) -> BusError | None:
     out: BusError
     text = describe(e)
     if is_transient(e):
-        out = UnavailableError(text)
+        out = BusUnavailableError(text)
     elif never_storable(e):
-        out = RefusedError(text)
+        out = BusRefusedError(text)
     elif isinstance(e, NotFoundError) and e.err_code == _STREAM_NOT_FOUND:
         out = NoStreamError(text)
     else:

@@ -23,15 +23,15 @@ from nats.js.errors import (
 from noetl.events.nats_errors import never_storable, ported
 from noetl.events.outbox import Outbox
 from noetl.events.port import (
+    BusRefusedError,
     Delivery,
     Entry,
     KeyExistsError,
     Message,
     ReaderLostError,
-    RefusedError,
     RevisionMismatchError,
 )
-from noetl.events.puller import Puller, PullError, ack_stored, consumer_sequence
+from noetl.events.puller import Puller, PullRefusedError, ack_stored, consumer_sequence
 from noetl.events.retry import is_transient
 from noetl.events.subjects import consumer_delete_subject, kv_subject
 
@@ -55,7 +55,7 @@ def _message(m: Any) -> Message:
 
 
 class _NatsOutbox:
-    """``Outbox`` with the port's errors: a message JetStream can never store is ``RefusedError``."""
+    """``Outbox`` with the port's errors: a message JetStream can never store is ``BusRefusedError``."""
 
     def __init__(self, outbox: Outbox) -> None:
         self._outbox = outbox
@@ -66,7 +66,7 @@ class _NatsOutbox:
             await self._outbox.send(subject, data, msg_id, ack=ack)
         except Exception as e:
             if never_storable(e):
-                raise RefusedError(f"{subject}: {e}") from e
+                raise BusRefusedError(f"{subject}: {e}") from e
             raise
 
     @ported
@@ -75,7 +75,7 @@ class _NatsOutbox:
             await self._outbox.confirm()
         except Exception as e:
             if never_storable(e):
-                raise RefusedError(str(e)) from e
+                raise BusRefusedError(str(e)) from e
             raise
 
 
@@ -93,7 +93,7 @@ class _NatsReader:
         loop = asyncio.get_running_loop()
         try:
             msgs = await self._puller.fetch(batch, wait=timeout)
-        except PullError as e:  # its consumer deleted, its pull refused: this reader is done
+        except PullRefusedError as e:  # its consumer deleted, its pull refused: this reader is done
             raise ReaderLostError(f"{self._stream}: reader {self._name}: {e}") from e
         if not msgs:
             self._idle_since = self._idle_since or loop.time()

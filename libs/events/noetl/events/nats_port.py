@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any, TypeAlias, cast
+from typing import Any
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -42,14 +42,13 @@ from noetl.events.nats_handles import (
 )
 from noetl.events.outbox import Outbox
 from noetl.events.port import (
-    Bus,
     BusError,
+    BusRefusedError,
     Message,
     NoStreamError,
     PubAck,
     QueueConfig,
     ReaderLostError,
-    RefusedError,
     StreamConfig,
 )
 from noetl.events.puller import Puller
@@ -58,29 +57,13 @@ from noetl.events.streams import ensure_all, ensure_consumer, ensure_kv, ensure_
 
 log = logging.getLogger("noetl.events")
 
-__all__ = ["Connection", "NatsBus", "as_bus", "never_storable", "port_error", "translating"]
-
-
-# what a process's assembly may hand over: the port, or a nats-py connection to wrap in one
-Connection: TypeAlias = "Bus | NATS | JetStreamContext"
-
-
-def as_bus(conn: Connection, *, replicas: int | None = None) -> Bus:
-    """The bus port (``noetl.events.port``) of what a caller holds: a bus as it is (``NatsBus``
-    or the in-memory twin), a nats-py connection or JetStream context wrapped in a ``NatsBus``.
-    The one place that tells them apart. Called where a process is assembled (the CLI,
-    ``start_operations``, test fixtures) and at the few entry points the fault and cluster
-    harnesses feed a nats-py connection (``Server``, ``Worker``, the client functions, the
-    stores' ``open``); the services behind them take ``Bus``."""
-    if hasattr(conn, "queue") and hasattr(conn, "outbox"):
-        return cast(Bus, conn)
-    if isinstance(conn, JetStreamContext):
-        return NatsBus.of(conn, replicas=replicas)
-    return NatsBus(conn, replicas=replicas)
+__all__ = ["NatsBus", "never_storable", "port_error", "translating"]
 
 
 class NatsBus:
-    """``replicas``: copies of the buckets this bus creates (``NOETL_REPLICAS`` when None)."""
+    """The one adapter from nats-py to the port, made where a process is assembled (the CLI, test
+    fixtures, the fault and cluster harnesses); everything behind it takes ``Bus``.
+    ``replicas``: copies of the buckets this bus creates (``NOETL_REPLICAS`` when None)."""
 
     def __init__(self, nc: NATS, *, replicas: int | None = None) -> None:
         self.nc = nc
@@ -121,7 +104,7 @@ class NatsBus:
             raise NoStreamError(f"no stream takes subject {subject}") from e
         except Exception as e:
             if never_storable(e):
-                raise RefusedError(f"{subject}: {e}") from e
+                raise BusRefusedError(f"{subject}: {e}") from e
             raise
         return PubAck(ack.seq, duplicate=bool(ack.duplicate))
 

@@ -7,24 +7,20 @@ plain object-store ``get`` is quadratic in the object's size, ENVIRONMENT.md).
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from noetl.events import subjects as s
 from noetl.events.envelope import loads
+from noetl.events.port import Bus
 from noetl.events.refs import is_reference
-
-if TYPE_CHECKING:  # the adapter's type; the adapter itself is imported where it is used
-    from noetl.events.nats_port import Connection
 
 __all__ = ["expand", "is_reference", "resolve"]
 
 
-async def resolve(conn: Connection, ref: dict[str, Any]) -> Any:
-    """The value behind a reference, checked against its checksum. ``conn``: a bus port, or a
-    nats-py connection or JetStream context (``noetl.events.nats_port.as_bus``)."""
-    from noetl.events.nats_port import as_bus
-
-    data = await (await as_bus(conn).objects(s.RESULTS_BUCKET)).get(ref["key"])
+async def resolve(bus: Bus, ref: dict[str, Any]) -> Any:
+    """The value behind a reference, checked against its checksum: a corrupted object must not
+    pass for the value."""
+    data = await (await bus.objects(s.RESULTS_BUCKET)).get(ref["key"])
     if data is None:
         raise LookupError(f"object {ref['key']} is not in {s.RESULTS_BUCKET}")
     return _checked(ref, data)
@@ -37,7 +33,7 @@ def _checked(ref: dict[str, Any], data: bytes) -> Any:
     return loads(data)
 
 
-async def expand(conn: Any, event: dict[str, Any]) -> dict[str, Any]:
+async def expand(bus: Bus, event: dict[str, Any]) -> dict[str, Any]:
     """The event with its whole payload where the engine sent it by reference (``payload_ref``,
     a payload over the event limit, with a summary inline); the summary stays if the object
     cannot be read (it says how the execution ended all the same)."""
@@ -45,7 +41,7 @@ async def expand(conn: Any, event: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(payload, dict) or not isinstance(payload.get("payload_ref"), dict):
         return event
     try:
-        full = await resolve(conn, payload["payload_ref"])
+        full = await resolve(bus, payload["payload_ref"])
     except Exception:
         return event
     return {**event, "payload": full} if isinstance(full, dict) else event

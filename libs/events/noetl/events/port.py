@@ -19,7 +19,7 @@ What the operations promise (JetStream's own rules, kept by the twin):
   a gap (a message lost on the way, its consumer gone with a node) it raises ``ReaderLostError``
   and the caller opens a new one after the last message it took.
 - A message over the bus's ``max_payload`` or on a subject no retry can store raises
-  ``RefusedError``: the caller must not retry it.
+  ``BusRefusedError``: the caller must not retry it.
 - A message published with ``Nats-Schedule`` headers is a schedule (JetStream message
   scheduling): ``@at <RFC 3339 time>`` publishes its body once on ``Nats-Schedule-Target`` at that
   time, a cron expression every time it is due (``Nats-Schedule-Time-Zone``), with the header
@@ -37,37 +37,14 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-
-class BusError(Exception):
-    """A transport failure the caller may retry (the twin raises it as NATS would)."""
-
-
-class UnavailableError(BusError):
-    """Not now, not this request's fault: a time-out, no responder, a reconnecting connection,
-    a stream or cluster without a leader (an election takes seconds). The same request sent again
-    with the same ids succeeds once the bus is back, and a repeat of one that did land is dropped
-    by the duplicate window, so callers wait these out (``noetl.events.retry``)."""
-
-
-class NoStreamError(BusError):
-    """No stream takes the subject: the publish can never succeed until one is declared."""
-
-
-class RefusedError(BusError):
-    """The message can never be stored as it is (over ``max_payload``, a subject or size the
-    stream refuses): retrying it only stalls whoever waits behind it."""
-
-
-class ReaderLostError(BusError):
-    """A reader cannot go on without skipping a message: read again after the last one taken."""
-
-
-class KeyExistsError(BusError):
-    """``create`` of a key that has a value."""
-
-
-class RevisionMismatchError(BusError):
-    """``update`` with a revision that is not the key's last one."""
+# the port's errors live in the one error tree (noetl.dsl.errors); named here for its callers
+from noetl.dsl.errors import BusError as BusError
+from noetl.dsl.errors import BusRefusedError as BusRefusedError
+from noetl.dsl.errors import BusUnavailableError as BusUnavailableError
+from noetl.dsl.errors import KeyExistsError as KeyExistsError
+from noetl.dsl.errors import NoStreamError as NoStreamError
+from noetl.dsl.errors import ReaderLostError as ReaderLostError
+from noetl.dsl.errors import RevisionMismatchError as RevisionMismatchError
 
 
 @dataclass(frozen=True)

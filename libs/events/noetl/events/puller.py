@@ -25,6 +25,7 @@ from typing import Any
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from noetl.dsl.errors import PullRefusedError as PullRefusedError
 from noetl.events.envelope import dumps
 from noetl.events.retry import describe, retrying
 from noetl.events.subjects import consumer_next_subject
@@ -34,10 +35,6 @@ log = logging.getLogger("noetl.puller")
 # statuses that end a pull request normally: its batch or its time is used up
 _ENDED = {"404", "408"}
 _HEARTBEAT = "100"
-
-
-class PullError(Exception):
-    """The server refused or cut off our pull requests (a 409 or 400 status): the caller backs off."""
 
 
 class Puller:
@@ -66,7 +63,7 @@ class Puller:
         self._deadline = 0.0  # by then every outstanding request has ended, one way or another
         self._last_heard = 0.0  # last message or status from the server on our inbox
         self._reconnects = 0
-        self._error: PullError | None = None
+        self._error: PullRefusedError | None = None
         self.requests = 0  # pull requests sent, for tests and benchmarks
 
     async def start(self) -> Puller:
@@ -106,7 +103,8 @@ class Puller:
             if status not in _ENDED:
                 # nats-py keys the description with its Header enum, not a plain string
                 desc = next((v for k, v in headers.items() if getattr(k, "value", k) == "Description"), "")
-                self._error = PullError(f"pull request on {self.subject} ended with {status} {desc}".strip())
+                ended = f"pull request on {self.subject} ended with {status} {desc}".strip()
+                self._error = PullRefusedError(ended)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 

@@ -20,14 +20,14 @@ from typing import TypeVar
 import nats.errors
 from nats.js.errors import APIError, NoStreamResponseError
 
-from noetl.events.port import UnavailableError
+from noetl.events.port import BusUnavailableError
 
 log = logging.getLogger("noetl.retry")
 
 T = TypeVar("T")
 
 _TRANSIENT: tuple[type[BaseException], ...] = (
-    UnavailableError,  # what crosses the port (``nats_port.port_error``)
+    BusUnavailableError,  # what crosses the port (``nats_port.port_error``)
     # nats-py's own, as the adapter's internals (streams, puller, outbox) still see them
     TimeoutError,  # nats.errors.TimeoutError and asyncio's are both this one
     nats.errors.NoRespondersError,
@@ -102,7 +102,7 @@ async def retrying(
     the waiting for callers that have something better to do than wait (a one-shot CLI call).
     ``also`` names more failures to wait out where the caller knows a retry is safe: a read, or a
     stream just created that another node does not show yet (404); ``never`` failures no retry
-    can change, raised at once even when ``also`` covers them (``RefusedError``)."""
+    can change, raised at once even when ``also`` covers them (``BusRefusedError``)."""
     loop = asyncio.get_running_loop()
     backoff = Backoff(first_delay, max_delay)
     attempt = 0

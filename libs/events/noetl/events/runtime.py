@@ -28,8 +28,7 @@ from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue as NatsKeyValue
 
 from noetl.events.clock import utc_now
-from noetl.events.nats_port import as_bus
-from noetl.events.port import KeyValue
+from noetl.events.port import Bus, KeyValue
 
 log = logging.getLogger("noetl.runtime")
 
@@ -68,14 +67,14 @@ async def ensure_runtime_bucket(js: JetStreamContext, ttl: float = DEFAULT_TTL) 
     return await ensure_kv(js, RUNTIME_BUCKET, ttl=ttl, memory=True)
 
 
-async def _bucket(bus: Any, *, ttl: float | None = None, create: bool = False) -> KeyValue | None:
+async def _bucket(bus: Bus, *, ttl: float | None = None, create: bool = False) -> KeyValue | None:
     """The bucket as the port's key-value; None on NATS when it does not exist and ``create`` is
     false. On NATS it is created in memory (heartbeats need no disk) by a registrar only: a bucket
     a reader created would have no TTL, and dead processes would stay listed for ever. The twin's
     bucket takes the registrar's ``ttl``."""
     js = getattr(bus, "js", None)
     if js is None:
-        return await bus.kv(RUNTIME_BUCKET, ttl=ttl)  # type: ignore[no-any-return]
+        return await bus.kv(RUNTIME_BUCKET, ttl=ttl)
     if create:
         await ensure_runtime_bucket(js, ttl or DEFAULT_TTL)
     else:
@@ -83,7 +82,7 @@ async def _bucket(bus: Any, *, ttl: float | None = None, create: bool = False) -
             await js.key_value(RUNTIME_BUCKET)
         except NotFoundError:
             return None
-    return await bus.kv(RUNTIME_BUCKET)  # type: ignore[no-any-return]
+    return await bus.kv(RUNTIME_BUCKET)
 
 
 class RuntimeRegistrar:
@@ -91,7 +90,7 @@ class RuntimeRegistrar:
 
     def __init__(
         self,
-        conn: Any,
+        bus: Bus,
         role: str,
         info_fn: Callable[[], dict[str, Any]],
         *,
@@ -101,7 +100,7 @@ class RuntimeRegistrar:
     ) -> None:
         if interval >= ttl:
             raise ValueError(f"heartbeat interval {interval} s must be shorter than the TTL {ttl} s")
-        self.bus = as_bus(conn)  # the bus port, or a nats-py connection or JetStream context
+        self.bus = bus
         self.role, self.info_fn = role, info_fn
         self.id = _UNSAFE.sub("-", id) if id else process_id()
         self.key = f"{role}.{self.id}"
@@ -158,10 +157,9 @@ class RuntimeRegistrar:
                 await self._kv.delete(self.key)
 
 
-async def list_runtime(conn: Any, role: str | None = None) -> list[dict[str, Any]]:
-    """The live entries, sorted by role and id; an entry that expires while we read is skipped.
-    ``conn``: the bus port, or a nats-py connection or JetStream context."""
-    kv = await _bucket(as_bus(conn))
+async def list_runtime(bus: Bus, role: str | None = None) -> list[dict[str, Any]]:
+    """The live entries, sorted by role and id; an entry that expires while we read is skipped."""
+    kv = await _bucket(bus)
     if kv is None:
         return []
     out = []

@@ -20,7 +20,6 @@ from noetl.dsl.errors import CatalogConflictError, ForbiddenError
 from noetl.events import subjects as s
 from noetl.events.clock import utc_now
 from noetl.events.envelope import Event
-from noetl.events.nats_port import Connection, as_bus
 from noetl.events.port import Bus, KeyExistsError, KeyValue, ObjectStore
 from noetl.store.principals import Principal, namespace_of
 
@@ -38,9 +37,7 @@ class Catalog:
         self._known: set[str] = set()
 
     @classmethod
-    async def open(cls, bus: Connection) -> Catalog:
-        """``bus``: a ``Bus``, or a nats-py JetStream context (wrapped in a ``NatsBus``)."""
-        bus = as_bus(bus)
+    async def open(cls, bus: Bus) -> Catalog:
         return cls(await bus.kv(s.CATALOG_BUCKET), bus)
 
     async def _object_store(self) -> ObjectStore:

@@ -19,16 +19,13 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from noetl.dsl.errors import KeychainUnresolvedError
-from noetl.events.port import KeyValue
-
-if TYPE_CHECKING:  # the adapter's type; the adapter itself is imported where it is used
-    from noetl.events.nats_port import Connection
+from noetl.events.port import Bus, KeyValue
 
 BUCKET = "noetl_credentials"
 KEY_ENV = "NOETL_CREDENTIALS_KEY"
@@ -210,13 +207,10 @@ class CredentialStore:
         self._cipher = cipher
 
     @classmethod
-    async def open(cls, bus: Connection, key: bytes | str | None = None) -> CredentialStore:
-        """Open the bucket, creating it when missing; the key as described in the module doc.
-        ``bus``: a bus port (``noetl.events.port``) or a nats-py JetStream context."""
+    async def open(cls, bus: Bus, key: bytes | str | None = None) -> CredentialStore:
+        """Open the bucket, creating it when missing; the key as described in the module doc."""
         cipher = _cipher(key)
-        from noetl.events.nats_port import as_bus
-
-        return cls(await as_bus(bus).kv(BUCKET, history=5), cipher)
+        return cls(await bus.kv(BUCKET, history=5), cipher)
 
     @property
     def can_decrypt(self) -> bool:

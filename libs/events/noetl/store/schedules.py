@@ -15,19 +15,14 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import croniter
 
 from noetl.dsl.errors import ForbiddenError, NoSuchEntityError, RequestInvalidError, reply_error
 from noetl.dsl.names import schedule_name_problem
 from noetl.events import subjects as s
-from noetl.events.port import Bus, KeyValue, RefusedError
+from noetl.events.port import Bus, BusRefusedError, KeyValue
 from noetl.store.principals import Principal, namespace_of
-
-if TYPE_CHECKING:  # the adapter's type; the adapter itself is imported where it is used
-    from noetl.events.nats_port import Connection
 
 OVERLAP = ("skip", "allow")
 
@@ -44,6 +39,8 @@ def cron_problem(expr: object) -> str | None:
             f"cron {expr!r}: give 5 fields (minute hour day-of-month month day-of-week, e.g. '0 9 * * 1-5') "
             "or 6 with seconds first (e.g. '*/10 * * * * *')"
         )
+    from croniter import croniter  # ~10 ms: imported by the processes that handle a schedule
+
     if not croniter.is_valid(nats_cron(expr), second_at_beginning=True):
         return (
             f"cron {expr!r} is not a valid cron expression (see `man 5 crontab`; 6 fields put seconds first)"
@@ -71,6 +68,8 @@ def timezone_problem(name: object) -> str | None:
 
 
 def next_fire(schedule: dict[str, Any], after: datetime | None = None) -> datetime:
+    from croniter import croniter
+
     tz = zone(schedule.get("timezone")) or UTC
     start = (after or datetime.now(UTC)).astimezone(tz)
     it = croniter(nats_cron(schedule["cron"]), start, second_at_beginning=True)
@@ -81,6 +80,8 @@ def fire_time(schedule: dict[str, Any], next_header: str | None, stamped: dateti
     """The due time a fire stands for: the one before the next fire NATS names in its
     ``Nats-Schedule-Next`` header, else the fire's own stamp to the second. The same for every
     replica that handles it, so the request id derived from it is too."""
+    from croniter import croniter
+
     tz = zone(schedule.get("timezone")) or UTC
     expr = nats_cron(schedule["cron"])
     if next_header:
@@ -107,11 +108,7 @@ class ScheduleStore:
         self.bus, self.kv = bus, kv
 
     @classmethod
-    async def open(cls, bus: Connection) -> ScheduleStore:
-        """``bus``: the bus port, or a nats-py connection or JetStream context (``as_bus``)."""
-        from noetl.events.nats_port import as_bus
-
-        bus = as_bus(bus)
+    async def open(cls, bus: Bus) -> ScheduleStore:
         return cls(bus, await bus.kv(s.SCHEDULES_BUCKET))
 
     async def get(self, name: str) -> dict[str, Any] | None:
@@ -209,7 +206,7 @@ class ScheduleStore:
         }
         try:
             await self._define(sch)
-        except RefusedError as e:
+        except BusRefusedError as e:
             return reply_error(
                 RequestInvalidError(
                     f"NATS refused schedule {name!r} ({e}): cron and time zones need "

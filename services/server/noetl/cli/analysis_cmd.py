@@ -193,9 +193,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_url_default: str) -> None:
-    """Every command's options, one after another. Longer than 60 lines on purpose: it is a table
-    (a command, its flags, their help), read and changed one entry at a time; split, one command's
-    flags would be looked for in several places."""
+    """The analysis commands, in two groups: those that read only a file, and those that run or
+    read executions."""
+    _add_file_parsers(sub)
+    _add_execution_parsers(sub, nats_url_default)
+
+
+def _add_file_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "check", help="static analysis: dead arcs, joins that never admit, unbounded cycles..."
     )
@@ -240,6 +244,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_u
     p.add_argument("--json", action="store_true", help="print {playbook, debug_map, problems} as JSON")
     p.set_defaults(fn=cmd_compile)
 
+
+def _add_execution_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_url_default: str
+) -> None:
     p = sub.add_parser(
         "graph",
         help="Mermaid flowchart of the playbook, optionally of one execution",

@@ -27,13 +27,14 @@ def _valid_text(file: str) -> str | None:
 async def read_events(nats_url: str, execution_id: str) -> list[Event]:
     """The execution's log as the engine folds it (the request with its playbook's text)."""
     from noetl.events.bus import connect, read_execution_events
+    from noetl.events.nats_port import NatsBus
     from noetl.store.catalog import Catalog
 
     nc = await connect(nats_url, name="noetl-analysis", max_reconnect_attempts=1)
     try:
-        js = nc.jetstream()
-        catalog = await Catalog.open(js)
-        return [await catalog.with_playbook_text(e) for e in await read_execution_events(js, execution_id)]
+        bus = NatsBus(nc)
+        catalog = await Catalog.open(bus)
+        return [await catalog.with_playbook_text(e) for e in await read_execution_events(bus, execution_id)]
     finally:
         await nc.close()
 
@@ -53,13 +54,14 @@ async def _execution_playbook(nats_url: str, execution_id: str) -> tuple[list[Ev
     entry still has the recorded digest. None when none of them has it."""
     from noetl.dsl.cache import digest_of
     from noetl.events.bus import connect, read_execution_events
+    from noetl.events.nats_port import NatsBus
     from noetl.store.catalog import Catalog
 
     nc = await connect(nats_url, name="noetl-analysis", max_reconnect_attempts=1)
     try:
-        js = nc.jetstream()
-        catalog = await Catalog.open(js)
-        events = await read_execution_events(js, execution_id)
+        bus = NatsBus(nc)
+        catalog = await Catalog.open(bus)
+        events = await read_execution_events(bus, execution_id)
         request = _request_of(events)
         if request is None:
             return events, None
@@ -125,12 +127,6 @@ def _why_no_text(request: dict[str, Any] | None) -> str:
 
 
 async def graph(args: argparse.Namespace) -> int:
-    from noetl.dsl.analysis.context import Analysis
-    from noetl.dsl.analysis.coverage import trace
-    from noetl.dsl.analysis.mermaid import mermaid
-    from noetl.dsl.analysis.petri import analyze_net
-    from noetl.dsl.validate import load_playbook
-
     source = args.execution or args.events
     if args.file is None and not source:
         print(
@@ -175,14 +171,25 @@ async def graph(args: argparse.Namespace) -> int:
             return 2
         text = recorded
         file = f"<playbook of {where}>"
+    return _draw(text, file, events if source else None, args.out)
+
+
+def _draw(text: str, file: str, events: list[Event] | None, out_file: str | None) -> int:
+    """The playbook's net as Mermaid, its dead arcs marked, and ``events``' run on it if given."""
+    from noetl.dsl.analysis.context import Analysis
+    from noetl.dsl.analysis.coverage import trace
+    from noetl.dsl.analysis.mermaid import mermaid
+    from noetl.dsl.analysis.petri import analyze_net
+    from noetl.dsl.validate import load_playbook
+
     playbook = load_playbook(text, file)
     net = analyze_net(Analysis.build(playbook))
     dead = {key for key, fires in net.arc_fires.items() if not fires}
-    t = trace(events) if source else None
+    t = trace(events) if events is not None else None
     out = mermaid(playbook, t, dead)
-    if args.out:
-        Path(args.out).write_text(out)
-        print(f"wrote {args.out}", file=sys.stderr)
+    if out_file:
+        Path(out_file).write_text(out)
+        print(f"wrote {out_file}", file=sys.stderr)
     else:
         sys.stdout.write(out)
     return 0

@@ -73,12 +73,14 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
     refused from an anonymous connection unless ``--anonymous`` says that is meant (a private
     nats-server): with an anonymous default server, anyone on the network could otherwise
     replace or delete a credential and leave no trace."""
+    from noetl.cli.as_principal import principal_token
     from noetl.dsl.errors import KeychainUnresolvedError
-    from noetl.events.masking import weak_secrets
     from noetl.events.nats_port import NatsBus
     from noetl.store.audit import ensure_audit_stream, record_credential_access
-    from noetl.store.credentials import CredentialStore, check_scope
+    from noetl.store.credentials import CredentialStore
 
+    if principal_token():  # as a principal: the service checks the role and audits its name
+        return await _credentials_as_principal(nc, args)
     bus = NatsBus(nc)
     store = await CredentialStore.open(bus, None)
     who = nats_identity(nc)
@@ -94,20 +96,7 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
                 return 2
             await ensure_audit_stream(bus)
         if args.action == "set":
-            data = _credential_data(args)
-            weak = weak_secrets(data, args.kind)
-            if weak and not getattr(args, "allow_weak", False):
-                print(f"noetl: credential {args.name!r} holds {'; '.join(weak)}: use a stronger secret "
-                      "(or --allow-weak)", file=sys.stderr)
-                return 2
-            scope = check_scope({"paths": args.scope or ["*"], "inline": args.allow_inline,
-                                 **_scope_inputs(args)})  # refused before anything is recorded
-            await record_credential_access(
-                bus, action="credential.put", credential=args.name, who=who or "anonymous",
-                outcome="stored", kind=args.kind, remote="cli",
-            )
-            await store.put(args.name, args.kind, data, scope)
-            _print_json({"name": args.name, "kind": args.kind, "scope": scope, "stored": True})
+            return await _set_here(bus, store, who, args)
         elif args.action == "list":
             for e in await store.list():
                 print(f"{e['name']}\t{e.get('kind')}")
@@ -127,4 +116,55 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
     except ValueError as e:  # an invalid name or value (the message never holds the value)
         print(f"noetl: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+async def _set_here(bus: Any, store: Any, who: str | None, args: argparse.Namespace) -> int:
+    """``noetl credentials set`` on the bucket itself: a weak secret refused, the write audited
+    under the connection's NATS identity before it happens."""
+    from noetl.events.masking import weak_secrets
+    from noetl.store.audit import record_credential_access
+
+    data = _credential_data(args)
+    weak = weak_secrets(data, args.kind)
+    if weak and not getattr(args, "allow_weak", False):
+        print(f"noetl: credential {args.name!r} holds {'; '.join(weak)}: use a stronger secret "
+              "(or --allow-weak)", file=sys.stderr)
+        return 2
+    from noetl.store.credentials import check_scope
+
+    scope = check_scope({"paths": args.scope or ["*"], "inline": args.allow_inline,
+                         **_scope_inputs(args)})  # refused before anything is recorded
+    await record_credential_access(
+        bus, action="credential.put", credential=args.name, who=who or "anonymous",
+        outcome="stored", kind=args.kind, remote="cli",
+    )
+    await store.put(args.name, args.kind, data, scope)
+    _print_json({"name": args.name, "kind": args.kind, "scope": scope, "stored": True})
+    return 0
+
+
+async def _credentials_as_principal(nc: Any, args: argparse.Namespace) -> int:
+    """``noetl credentials`` with ``NOETL_TOKEN``: through ``noetl.api.credentials.*``, so a
+    principal's NATS user needs no right on the keychain bucket, and a write names the principal."""
+    from noetl.cli.as_principal import call_service, refusal_exit
+
+    body: dict[str, Any] = {"name": getattr(args, "name", None)}
+    if args.action == "set":
+        try:
+            body["data"] = _credential_data(args)
+            inputs = _scope_inputs(args)
+        except ValueError as e:
+            print(f"noetl: {e}", file=sys.stderr)
+            return 2
+        scope = {"paths": args.scope or ["*"], "inline": args.allow_inline, **inputs}
+        body |= {"kind": args.kind, "scope": scope, "allow_weak": bool(getattr(args, "allow_weak", False))}
+    out = await call_service(nc, f"noetl.api.credentials.{args.action}", body)
+    if (code := refusal_exit(out)) is not None:
+        return code
+    if args.action == "list":
+        for entry in out.get("credentials") or []:
+            print(f"{entry['name']}\t{entry.get('kind')}")
+    else:
+        _print_json(out)
     return 0

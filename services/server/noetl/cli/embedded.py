@@ -25,6 +25,8 @@ from typing import Any
 from noetl.cli.pools import PoolWatch, playbook_pools
 from noetl.events.bus import connect
 from noetl.events.connection import check_server
+from noetl.events.nats_port import NatsBus
+from noetl.events.port import Bus
 from noetl.events.streams import ensure_all
 from noetl.host.natsserver import NatsServer
 from noetl.store.catalog import Catalog
@@ -91,7 +93,7 @@ async def until_stopped() -> None:
             signal.signal(signum, previous)
 
 
-async def start_console(nc: Any, server: Any, worker: Any, credentials: Any) -> tuple[list[Any], str, str]:
+async def start_console(bus: Bus, server: Any, worker: Any, credentials: Any) -> tuple[list[Any], str, str]:
     """The HTTP API and console on 127.0.0.1, a free port, and a token no one else knows: other
     users of a shared machine can reach a loopback port too. Returns (parts to stop, base URL,
     token)."""
@@ -114,10 +116,10 @@ async def start_console(nc: Any, server: Any, worker: Any, credentials: Any) -> 
     parts: list[Any] = [api]
     try:
         server.observer = api.collector.observe
-        registrar = RuntimeRegistrar(nc, "server", lambda: {"running": len(server.states), "http": api.url})
+        registrar = RuntimeRegistrar(bus, "server", lambda: {"running": len(server.states), "http": api.url})
         await registrar.start()
         parts.append(registrar)
-        parts.append(await start_operations(nc, "worker", worker))
+        parts.append(await start_operations(bus, "worker", worker))
     except BaseException:
         for part in reversed(parts):
             with contextlib.suppress(Exception):
@@ -160,10 +162,8 @@ async def run_embedded(
 ) -> dict[str, Any]:
     """``progress``: a ``noetl.cli.progress.Progress`` that draws the execution's events."""
     from noetl.cli.progress import run_with_progress
-    from noetl.events.ids import execution_id_for
-    from noetl.events.masking import weak_secrets
     from noetl.server.service import Server
-    from noetl.store.credentials import CredentialStore, generate_key, load_credentials_file
+    from noetl.store.credentials import CredentialStore, generate_key
     from noetl.worker.service import Worker
 
     ns = NatsServer().start()
@@ -176,78 +176,127 @@ async def run_embedded(
         nc = await connect(ns.url, name="noetl-run")
         # a nats-server found on PATH (Debian's is 2.9) would run playbooks whose timers never fire
         await check_server(nc, "run")
-        js = nc.jetstream()
-        await ensure_all(js)
-        creds = await CredentialStore.open(js, generate_key())
+        await ensure_all(nc.jetstream())
+        bus = NatsBus(nc)  # the one adapter every part of this run shares
+        creds = await CredentialStore.open(bus, generate_key())
         if credentials_file:
-            for name, entry in load_credentials_file(credentials_file, _declared_kinds(text, file)).items():
-                # a private run of the user's own file: its playbook is inline, and may use them
-                scope = {"paths": ["*"], "inline": True}
-                if weak := weak_secrets(entry.get("data") or {}, entry.get("kind")):
-                    # a private run still works, but the masking of such a value hides data, not a secret
-                    print(f"noetl: warning: credential {name!r} holds {'; '.join(weak)}", file=sys.stderr)
-                await creds.put(name, entry.get("kind", "secret"), entry.get("data") or {}, scope)
-        catalog = await Catalog.open(js)
+            await _put_credentials(creds, credentials_file, _declared_kinds(text, file))
+        catalog = await Catalog.open(bus)
         if catalog_dir:
             await register_catalog_dir(catalog, catalog_dir)
-        server = Server(nc, credentials=creds, leases=False)  # the only server of a private NATS
-        worker = Worker(nc, credentials=creds, concurrency=32)
+        server = Server(bus, credentials=creds, leases=False)  # the only server of a private NATS
+        worker = Worker(bus, credentials=creds, concurrency=32)
         await server.start()
         await worker.start()
-        # a worker for every other pool the playbook and its visible children name, and one for a
-        # pool only a command reveals (a child it could not see): a command never waits unserved
         pools = _pools(text, file, catalog_dir)
-
-        async def start_pool(pool: str) -> None:
-            named = pools.get(pool)
-            print(
-                f"noetl: starting a worker for pool {pool!r}"
-                + (f" ({', '.join(named[:3])})" if named else " (a command was sent to it)"),
-                file=sys.stderr,
-            )
-            extra = Worker(nc, credentials=creds, pool=pool, concurrency=8)
-            await extra.start()
-            pool_workers.append(extra)
-
-        for pool in sorted(pools):
-            if pool != worker.pool:
-                await start_pool(pool)
-        watch = PoolWatch(nc, {worker.pool, *pools}, start_pool)
-        await watch.start()
-        pool_workers.append(watch)
+        watch = await _start_pool_workers(bus, creds, worker.pool, pools, pool_workers)
         request = await _request(catalog, text, file, payload)
         if progress is not None:  # a waiting step's line says how to reach this NATS to signal it
             progress.nats_url = ns.url
         if not ui:
-            return await run_with_progress(nc, request, timeout, progress)
-        console, base, token = await start_console(nc, server, worker, creds)
-        link = f"{base}/ui/login?token={token}&next=/ui/executions/{execution_id_for(request['request_id'])}"
-        # the token is this run's own, made a moment ago: printing it is how the person gets in
-        print(f"noetl: console at {link}", file=sys.stderr)
-        if _has_display():
-            threading.Thread(target=webbrowser.open, args=(link,), daemon=True).start()
-        out = await run_with_progress(nc, request, timeout, progress)
+            return await run_with_progress(bus, request, timeout, progress)
+        return await _run_with_console(bus, server, worker, creds, request, timeout, progress, console)
+    finally:
+        await _shut_down(ns, nc, server, worker, console, pool_workers, watch)
+
+
+async def _put_credentials(creds: Any, credentials_file: str, kinds: dict[str, str]) -> None:
+    from noetl.events.masking import weak_secrets
+    from noetl.store.credentials import load_credentials_file
+
+    for name, entry in load_credentials_file(credentials_file, kinds).items():
+        # a private run of the user's own file: its playbook is inline, and may use them
+        scope = {"paths": ["*"], "inline": True}
+        if weak := weak_secrets(entry.get("data") or {}, entry.get("kind")):
+            # a private run still works, but the masking of such a value hides data, not a secret
+            print(f"noetl: warning: credential {name!r} holds {'; '.join(weak)}", file=sys.stderr)
+        await creds.put(name, entry.get("kind", "secret"), entry.get("data") or {}, scope)
+
+
+async def _start_pool_workers(
+    bus: Any, creds: Any, own_pool: str, pools: dict[str, list[str]], pool_workers: list[Any]
+) -> Any:
+    """A worker for every other pool the playbook and its visible children name, and one for a
+    pool only a command reveals (a child it could not see): a command never waits unserved.
+    Each one started joins ``pool_workers`` at once (the caller stops them whatever happens);
+    returns the watch, which joins them last."""
+    from noetl.worker.service import Worker
+
+    async def start_pool(pool: str) -> None:
+        named = pools.get(pool)
         print(
-            f"noetl: execution {out['execution_id']} {out['status']}; the console stays up at {base}/ui "
-            "until Ctrl-C",
+            f"noetl: starting a worker for pool {pool!r}"
+            + (f" ({', '.join(named[:3])})" if named else " (a command was sent to it)"),
             file=sys.stderr,
         )
-        await until_stopped()
-        return out
-    finally:
-        for part in reversed(console):
-            with contextlib.suppress(Exception):
-                await part.stop()
-        for extra in reversed(pool_workers):  # the watch first: it starts no worker after this
-            with contextlib.suppress(Exception):
-                await extra.stop(drain=False) if extra is not watch else await extra.stop()
-        if worker is not None:
-            with contextlib.suppress(Exception):
-                await worker.stop(drain=False)
-        if server is not None:
-            with contextlib.suppress(Exception):
-                await server.stop()
-        if nc is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(nc.close(), 2)
-        ns.stop()
+        extra = Worker(bus, credentials=creds, pool=pool, concurrency=8)
+        await extra.start()
+        pool_workers.append(extra)
+
+    for pool in sorted(pools):
+        if pool != own_pool:
+            await start_pool(pool)
+    watch = PoolWatch(bus, {own_pool, *pools}, start_pool)
+    await watch.start()
+    pool_workers.append(watch)
+    return watch
+
+
+async def _run_with_console(
+    bus: Any,
+    server: Any,
+    worker: Any,
+    creds: Any,
+    request: dict[str, Any],
+    timeout: float | None,
+    progress: Any,
+    console: list[Any],
+) -> dict[str, Any]:
+    """The run with the web console up, until Ctrl-C; its parts join ``console`` (the caller
+    stops them)."""
+    from noetl.cli.progress import run_with_progress
+    from noetl.events.ids import execution_id_for
+
+    parts, base, token = await start_console(bus, server, worker, creds)
+    console.extend(parts)
+    link = f"{base}/ui/login?token={token}&next=/ui/executions/{execution_id_for(request['request_id'])}"
+    # the token is this run's own, made a moment ago: printing it is how the person gets in
+    print(f"noetl: console at {link}", file=sys.stderr)
+    if _has_display():
+        threading.Thread(target=webbrowser.open, args=(link,), daemon=True).start()
+    out = await run_with_progress(bus, request, timeout, progress)
+    print(
+        f"noetl: execution {out['execution_id']} {out['status']}; the console stays up at {base}/ui "
+        "until Ctrl-C",
+        file=sys.stderr,
+    )
+    await until_stopped()
+    return out
+
+
+async def _shut_down(
+    ns: NatsServer,
+    nc: Any,
+    server: Any,
+    worker: Any,
+    console: list[Any],
+    pool_workers: list[Any],
+    watch: Any,
+) -> None:
+    """Everything the run started, stopped in the reverse order, whatever failed before."""
+    for part in reversed(console):
+        with contextlib.suppress(Exception):
+            await part.stop()
+    for extra in reversed(pool_workers):  # the watch first: it starts no worker after this
+        with contextlib.suppress(Exception):
+            await extra.stop(drain=False) if extra is not watch else await extra.stop()
+    if worker is not None:
+        with contextlib.suppress(Exception):
+            await worker.stop(drain=False)
+    if server is not None:
+        with contextlib.suppress(Exception):
+            await server.stop()
+    if nc is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(nc.close(), 2)
+    ns.stop()

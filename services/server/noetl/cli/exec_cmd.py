@@ -8,9 +8,12 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from noetl.cli.main import _payload
+
+if TYPE_CHECKING:
+    from noetl.events.port import Bus
 
 
 async def _exec(args: argparse.Namespace) -> dict[str, Any]:
@@ -19,6 +22,7 @@ async def _exec(args: argparse.Namespace) -> dict[str, Any]:
     from noetl.cli.progress import Progress, run_with_progress, wanted
     from noetl.cli.session import cli_connect
     from noetl.client.run import submit
+    from noetl.events.nats_port import NatsBus
 
     req: dict[str, Any] = {
         "request_id": args.request_id or uuid.uuid4().hex,
@@ -37,11 +41,11 @@ async def _exec(args: argparse.Namespace) -> dict[str, Any]:
         if principal_token():  # as a principal: the checked NATS service starts it, status polls it
             return await _exec_as_principal(nc, req, args, call_service)
         if args.file:  # a pool nobody serves would hold the execution without a word: say it now
-            await _warn_unserved_pools(nc, req["playbook"], args.file)
+            await _warn_unserved_pools(NatsBus(nc), req["playbook"], args.file)
         if args.wait:  # live progress on a terminal; task output stays in `noetl logs` otherwise
             live = Progress(sys.stderr, live=True) if wanted(args.json) else None
-            return await run_with_progress(nc, req, args.timeout, live)
-        return {"execution_id": await submit(nc.jetstream(), req)}
+            return await run_with_progress(NatsBus(nc), req, args.timeout, live)
+        return {"execution_id": await submit(NatsBus(nc), req)}
     finally:
         await nc.close()
 
@@ -61,13 +65,13 @@ async def _exec_as_principal(
         await asyncio.sleep(0.5)
 
 
-async def _warn_unserved_pools(nc: Any, text: str, file: str) -> None:
+async def _warn_unserved_pools(bus: Bus, text: str, file: str) -> None:
     from noetl.cli.pools import playbook_pools, unserved_message, unserved_pools
     from noetl.dsl.cache import parse_playbook
 
     try:
         pools = playbook_pools(parse_playbook(text, file))
-        missing = await unserved_pools(nc, pools)
+        missing = await unserved_pools(bus, pools)
     except Exception:  # an invalid playbook is refused by the server, with its lines
         return
     for pool in missing:
@@ -99,9 +103,16 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 async def _catalog_as_principal(nc: Any, args: argparse.Namespace) -> int:
-    """``noetl catalog register|list`` with ``NOETL_TOKEN``: through the checked NATS service."""
-    from noetl.cli.as_principal import call_service, service_error
+    """``noetl catalog register|list|show`` with ``NOETL_TOKEN``: through the checked NATS service."""
+    from noetl.cli.as_principal import call_service, refusal_exit, service_error
 
+    if args.action == "show":
+        body = {"path": args.files[0], "version": args.version}
+        out = await call_service(nc, "noetl.api.catalog.show", body)
+        if (code := refusal_exit(out)) is not None:
+            return code
+        print(out.get("playbook"))
+        return 0
     if args.action == "list":
         for e in (await call_service(nc, "noetl.api.catalog.list", {})).get("playbooks") or []:
             print(json.dumps(e))
@@ -126,6 +137,7 @@ async def _catalog_as_principal(nc: Any, args: argparse.Namespace) -> int:
 
 async def _catalog(args: argparse.Namespace) -> int:
     from noetl.cli.session import cli_connect
+    from noetl.events.nats_port import NatsBus
     from noetl.events.streams import ensure_all
     from noetl.store.catalog import Catalog
 
@@ -133,11 +145,10 @@ async def _catalog(args: argparse.Namespace) -> int:
     try:
         from noetl.cli.as_principal import principal_token
 
-        if principal_token() and args.action in ("register", "list"):
+        if principal_token():
             return await _catalog_as_principal(nc, args)
-        js = nc.jetstream()
-        await ensure_all(js)
-        cat = await Catalog.open(js)
+        await ensure_all(nc.jetstream())
+        cat = await Catalog.open(NatsBus(nc))
         if args.action == "register":
             from noetl.cli.credentials_cmd import nats_identity
             from noetl.dsl.errors import CatalogConflictError, PlaybookInvalidError

@@ -2,8 +2,9 @@
 
 A person scanning an execution wants the time, where in the playbook (step, loop iteration,
 task), what happened and, when it went wrong, the error's kind and message on the same line.
-Task events name their task, not their step, so the formatter keeps the fold of the events seen
-so far (:class:`noetl.client.activity.Activity`) to say which step and iteration they belong to.
+Task events name their task, not their step, so the formatter feeds the read-side projection
+the events seen so far (:class:`noetl.client.activity.Activity`) and asks it which step and
+iteration they belong to; each line renders the event itself.
 """
 
 from __future__ import annotations

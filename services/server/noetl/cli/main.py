@@ -234,21 +234,24 @@ async def _serve(args: argparse.Namespace, role: str) -> None:
             _say(role, f"/health, /ready and /metrics on {ops_http.url}", url=ops_http.url)
         nc = await connect(args.nats_url, name=f"noetl-{role}", state=state)
         await check_server(nc, role)
+        from noetl.events.nats_port import NatsBus
+
+        bus = NatsBus(nc, replicas=args.replicas)  # the adapter, chosen once for the process
         if role == "server":
             from noetl.server.service import Server
 
-            svc = Server(nc, partitions=args.partitions, replicas=args.replicas)
+            svc = Server(bus, partitions=args.partitions, replicas=args.replicas)
         else:
             from noetl.worker.service import Worker
 
-            svc = Worker(nc, pool=args.pool, concurrency=args.concurrency, replicas=args.replicas)
+            svc = Worker(bus, pool=args.pool, concurrency=args.concurrency, replicas=args.replicas)
         await svc.start()
         if ops_http is not None:
             ops_http.attach(svc)
         from noetl.server.api.launch import start_operations
 
         ops = await start_operations(
-            nc,
+            bus,
             role,
             svc,
             http_host=args.http_host,

@@ -28,10 +28,11 @@ def _run(fn: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[[a
             try:
                 # as a principal (NOETL_TOKEN) the CLI reads no events itself: ids go whole to the service
                 if isinstance(getattr(args, "execution_id", None), str) and not principal_token():
+                    from noetl.events.nats_port import NatsBus
                     from noetl.server.api.queries import resolve_execution_id
 
                     # the short ids the console and `noetl executions` show work here too
-                    full = await resolve_execution_id(nc.jetstream(), args.execution_id)
+                    full = await resolve_execution_id(NatsBus(nc), args.execution_id)
                     if isinstance(full, dict):
                         print(f"noetl: {full['error']['message']}", file=sys.stderr)
                         return 2
@@ -70,6 +71,7 @@ def _no_such_execution(execution_id: str) -> int:
 
 
 async def _status(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.events.nats_port import NatsBus
     from noetl.server.api.queries import execution_status
 
     _check_id(args.execution_id)
@@ -82,7 +84,7 @@ async def _status(nc: Any, args: argparse.Namespace) -> int:
             return 2
         out: dict[str, Any] | None = got
     else:
-        out = await execution_status(nc.jetstream(), args.execution_id)
+        out = await execution_status(NatsBus(nc), args.execution_id)
     if out is None:
         return _no_such_execution(args.execution_id)
     if args.json:
@@ -102,9 +104,17 @@ async def _events(nc: Any, args: argparse.Namespace) -> int:
     _check_id(args.execution_id)
     seen = 0
     lines = EventLines()  # knows each task event's step and iteration from the events before it
-    async for ev in follow_events(NatsBus(nc), args.execution_id, follow=args.follow):
+    if principal_token():  # as a principal, through the checked NATS service
+        from noetl.cli.as_principal import events_of, refusal_exit
+
+        events = events_of(nc, args.execution_id, follow=args.follow)
+    else:
+        events = follow_events(NatsBus(nc), args.execution_id, follow=args.follow)
+    async for ev in events:
         if ev is None:
             continue
+        if (code := refusal_exit(ev) if "error" in ev and "name" not in ev else None) is not None:
+            return code
         seen += 1
         print(json.dumps(ev, default=str) if args.json else lines.line(ev), flush=True)
     if not seen:
@@ -115,10 +125,19 @@ async def _events(nc: Any, args: argparse.Namespace) -> int:
 
 async def _logs(nc: Any, args: argparse.Namespace) -> int:
     from noetl.cli.lines import output_lines
+    from noetl.events.nats_port import NatsBus
     from noetl.server.api.queries import execution_logs
 
     _check_id(args.execution_id)
-    out = await execution_logs(nc.jetstream(), args.execution_id, args.step)
+    if principal_token():  # as a principal, through the checked NATS service
+        from noetl.cli.as_principal import refusal_exit
+
+        got = await call_service(nc, "noetl.api.logs", {"execution_id": args.execution_id, "step": args.step})
+        if (code := refusal_exit(got)) is not None:
+            return 2 if code == 1 else code  # an unknown execution: exit 2, as below
+        out = got.get("logs")
+    else:
+        out = await execution_logs(NatsBus(nc), args.execution_id, args.step)
     if out is None:
         return _no_such_execution(args.execution_id)
     if args.json:
@@ -145,9 +164,18 @@ def _outside_note(e: dict[str, Any]) -> str:
 
 
 async def _executions(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.events.nats_port import NatsBus
     from noetl.server.api.queries import list_executions
 
-    out = await list_executions(nc.jetstream(), status=args.status, path=args.path, limit=args.limit)
+    if principal_token():  # as a principal: only the namespaces it may read, checked by the service
+        from noetl.cli.as_principal import refusal_exit
+
+        body = {"status": args.status, "path": args.path, "limit": args.limit}
+        out = await call_service(nc, "noetl.api.executions", body)
+        if (code := refusal_exit(out)) is not None:
+            return code
+    else:
+        out = await list_executions(NatsBus(nc), status=args.status, path=args.path, limit=args.limit)
     if args.json:
         _print_json(out)
         return 0
@@ -163,6 +191,7 @@ async def _executions(nc: Any, args: argparse.Namespace) -> int:
 
 async def _cancel(nc: Any, args: argparse.Namespace) -> int:
     from noetl.client.run import cancel as request_cancel
+    from noetl.events.nats_port import NatsBus
 
     _check_id(args.execution_id)
     if principal_token():
@@ -175,7 +204,7 @@ async def _cancel(nc: Any, args: argparse.Namespace) -> int:
             return 2
         _print_json(got)
         return 0
-    out = await request_cancel(nc.jetstream(), args.execution_id, args.reason)
+    out = await request_cancel(NatsBus(nc), args.execution_id, args.reason)
     if out is None:
         return _no_such_execution(args.execution_id)
     _print_json(out)
@@ -183,9 +212,10 @@ async def _cancel(nc: Any, args: argparse.Namespace) -> int:
 
 
 async def _workers(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.events.nats_port import NatsBus
     from noetl.events.runtime import list_runtime
 
-    entries = await list_runtime(nc.jetstream(), None if args.all else "worker")
+    entries = await list_runtime(NatsBus(nc), None if args.all else "worker")
     if args.json:
         _print_json(entries)
         return 0
@@ -239,12 +269,12 @@ def client_parser(
 
 
 def add_parsers(sub: Any, nats_url_default: str) -> None:
-    """Every command's options, one after another. Longer than 60 lines on purpose: it is a table
-    (a command, its flags, their help), read and changed one entry at a time; split, one command's
-    flags would be looked for in several places."""
-    from noetl.cli.credentials_cmd import _credentials
+    """The operations commands: those on executions and workers, then `credentials`."""
+    _add_execution_parsers(sub, nats_url_default)
+    _add_credentials_parser(sub, nats_url_default)
 
 
+def _add_execution_parsers(sub: Any, nats_url_default: str) -> None:
     def parser(name: str, help_text: str, fn: Any) -> argparse.ArgumentParser:
         return client_parser(sub, name, help_text, fn, nats_url_default, timeout_help=" (not with --follow)")
 
@@ -282,7 +312,18 @@ def add_parsers(sub: Any, nats_url_default: str) -> None:
     p.add_argument("--all", action="store_true", help="servers too, not only workers")
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = parser("credentials", "set, list or delete keychain entries (NOETL_CREDENTIALS_KEY)", _credentials)
+
+def _add_credentials_parser(sub: Any, nats_url_default: str) -> None:
+    from noetl.cli.credentials_cmd import _credentials
+
+    p = client_parser(
+        sub,
+        "credentials",
+        "set, list or delete keychain entries (NOETL_CREDENTIALS_KEY)",
+        _credentials,
+        nats_url_default,
+        timeout_help=" (not with --follow)",
+    )
     action = action_parsers(p)
 
     a = action("set", "store a credential, encrypted")

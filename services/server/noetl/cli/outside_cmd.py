@@ -37,6 +37,7 @@ def _json_arg(text: str | None, flag: str) -> Any:
 
 async def _signal(nc: Any, args: argparse.Namespace) -> int:
     from noetl.client.run import signal
+    from noetl.events.nats_port import NatsBus
 
     _check_id(args.execution_id)
     data = _json_arg(args.data, "--data")
@@ -47,27 +48,29 @@ async def _signal(nc: Any, args: argparse.Namespace) -> int:
             body["force"] = True
         return _answer(await call_service(nc, "noetl.api.signal", body))
     return _answer(
-        await signal(nc.jetstream(), args.execution_id, args.name, data, args.request_id, force=args.force)
+        await signal(NatsBus(nc), args.execution_id, args.name, data, args.request_id, force=args.force)
     )
 
 
 async def _pause(nc: Any, args: argparse.Namespace) -> int:
     from noetl.client.run import pause
+    from noetl.events.nats_port import NatsBus
 
     _check_id(args.execution_id)
     if principal_token():
         body = {"execution_id": args.execution_id, "reason": args.reason}
         return _answer(await call_service(nc, "noetl.api.pause", body))
-    return _answer(await pause(nc.jetstream(), args.execution_id, args.reason))
+    return _answer(await pause(NatsBus(nc), args.execution_id, args.reason))
 
 
 async def _resume(nc: Any, args: argparse.Namespace) -> int:
     from noetl.client.run import resume
+    from noetl.events.nats_port import NatsBus
 
     _check_id(args.execution_id)
     if principal_token():
         return _answer(await call_service(nc, "noetl.api.resume", {"execution_id": args.execution_id}))
-    return _answer(await resume(nc.jetstream(), args.execution_id))
+    return _answer(await resume(NatsBus(nc), args.execution_id))
 
 
 def _print_schedules(out: list[dict[str, Any]], as_json: bool) -> int:
@@ -97,6 +100,7 @@ def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _schedule(nc: Any, args: argparse.Namespace) -> int:
+    from noetl.events.nats_port import NatsBus
     from noetl.store.schedules import ScheduleStore
 
     if principal_token():  # as a principal: the checked NATS service
@@ -108,7 +112,7 @@ async def _schedule(nc: Any, args: argparse.Namespace) -> int:
         if args.action != "list" or "error" in got:
             return _answer(got)
         return _print_schedules(got.get("schedules") or [], args.json)
-    store = await ScheduleStore.open(nc.jetstream())
+    store = await ScheduleStore.open(NatsBus(nc))
     if args.action == "list":
         return _print_schedules(await store.list(), args.json)
     if args.action == "add":  # as /api/schedules: a schedule of a playbook not in the catalog is refused

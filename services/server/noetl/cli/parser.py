@@ -28,12 +28,10 @@ def _add_replicas(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Every command's options, one after another. Longer than 60 lines on purpose: it is a table
-    (a command, its flags, their help), read and changed one entry at a time; split, one command's
-    flags would be looked for in several places."""
+    """Every command's options: this module's commands in groups (a function each, in the order
+    `noetl --help` lists them), then the command modules' own."""
     # the commands live in main (the start-up) and the command modules, which import this one
-    from noetl.cli.exec_cmd import cmd_catalog, cmd_exec
-    from noetl.cli.main import cmd_run, cmd_schema, cmd_server, cmd_validate, cmd_worker, version
+    from noetl.cli.main import version
     from noetl.events.settings import CONFIG_ENV, help_text, setting
 
     ap = argparse.ArgumentParser(
@@ -52,6 +50,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = ap.add_subparsers(dest="command", required=True)
     nats_url = _default("nats_url") or "nats://127.0.0.1:4222"
+    _add_local(sub)
+    _add_server(sub, nats_url)
+    _add_worker(sub, nats_url)
+    _add_client(sub, nats_url)
+
+    from noetl.cli import ops_cmd
+
+    ops_cmd.add_parsers(sub, nats_url)
+    from noetl.cli import outside_cmd
+
+    outside_cmd.add_parsers(sub, nats_url)
+    from noetl.cli import rerun_cmd
+
+    rerun_cmd.add_parsers(sub, nats_url)
+    from noetl.cli.analysis_cmd import add_parsers
+
+    add_parsers(sub, nats_url)
+    _verbose_anywhere(ap)
+    return ap
+
+
+def _add_local(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The commands that need no running services: run (embedded), validate, schema."""
+    from noetl.cli.main import cmd_run, cmd_schema, cmd_validate
 
     p = sub.add_parser("run", help="run a playbook on an embedded NATS server")
     p.add_argument("file")
@@ -78,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--kinds", action="store_true", help="print the task kinds' field reference (Markdown) instead"
     )
     p.set_defaults(fn=cmd_schema)
+
+
+def _add_server(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_url: str) -> None:
+    from noetl.cli.main import cmd_server
+    from noetl.events.settings import help_text
 
     raw = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser("server", help="run the control plane", epilog=help_text(), formatter_class=raw)
@@ -109,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(fn=cmd_server)
 
+
+def _add_worker(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_url: str) -> None:
+    from noetl.cli.main import cmd_worker
+    from noetl.events.settings import help_text
+
+    raw = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser("worker", help="run a worker for a pool", epilog=help_text(), formatter_class=raw)
     p.add_argument("--nats-url", default=nats_url, help="NATS URL, or a comma-separated list of a cluster's")
     _add_replicas(p)
@@ -125,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--http-host", default=None, help="their address (NOETL_HTTP_HOST, default 127.0.0.1)")
     p.set_defaults(fn=cmd_worker)
+
+
+def _add_client(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_url: str) -> None:
+    """The commands that talk to running services over NATS: exec, catalog."""
+    from noetl.cli.exec_cmd import cmd_catalog, cmd_exec
 
     p = sub.add_parser("exec", help="publish an execution request")
     p.add_argument("file", nargs="?")
@@ -146,21 +184,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", help="the version to show (default: latest)")
     p.add_argument("--nats-url", default=nats_url, help="NATS URL, or a comma-separated list of a cluster's")
     p.set_defaults(fn=cmd_catalog)
-
-    from noetl.cli import ops_cmd
-
-    ops_cmd.add_parsers(sub, nats_url)
-    from noetl.cli import outside_cmd
-
-    outside_cmd.add_parsers(sub, nats_url)
-    from noetl.cli import rerun_cmd
-
-    rerun_cmd.add_parsers(sub, nats_url)
-    from noetl.cli.analysis_cmd import add_parsers
-
-    add_parsers(sub, nats_url)
-    _verbose_anywhere(ap)
-    return ap
 
 
 def _verbose_anywhere(parser: argparse.ArgumentParser) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from noetl.dsl.model import Playbook
 from noetl.dsl.specmerge import effective_step_spec
 from noetl.events import subjects as s
+from noetl.events.port import Bus, Message
 
 log = logging.getLogger("noetl.cli")
 
@@ -75,13 +76,13 @@ def playbook_pools(playbook: Playbook, catalog_dir: str | None = None) -> dict[s
     return pools
 
 
-async def unserved_pools(conn: Any, pools: dict[str, list[str]]) -> list[str]:
+async def unserved_pools(bus: Bus, pools: dict[str, list[str]]) -> list[str]:
     """The pools the playbook's steps name that no live worker of the deployment serves (the
     runtime registry, ``noetl workers``): said at once by ``noetl exec``, since the execution
     would wait there, without a word, until a worker for the pool starts."""
     from noetl.events.runtime import list_runtime
 
-    live = {str(w.get("pool")) for w in await list_runtime(conn, "worker")}
+    live = {str(w.get("pool")) for w in await list_runtime(bus, "worker")}
     return [pool for pool in sorted(pools) if pools[pool] and pool not in live]
 
 
@@ -97,14 +98,14 @@ class PoolWatch:
     playbook ``noetl run`` could not see before the run names it. Commands wait in a work-queue
     stream, so the new worker takes the one that revealed the pool."""
 
-    def __init__(self, nc: Any, served: set[str], start: Callable[[str], Awaitable[None]]) -> None:
-        self.nc, self.served, self._start = nc, set(served), start
+    def __init__(self, bus: Bus, served: set[str], start: Callable[[str], Awaitable[None]]) -> None:
+        self.bus, self.served, self._start = bus, set(served), start
         self._sub: Any = None
 
     async def start(self) -> None:
-        self._sub = await self.nc.subscribe(s.COMMANDS_FILTER, cb=self._on_command)
+        self._sub = await self.bus.subscribe(s.COMMANDS_FILTER, self._on_command)
 
-    async def _on_command(self, msg: Any) -> None:
+    async def _on_command(self, msg: Message) -> None:
         pool = msg.subject.rsplit(".", 1)[-1]
         if pool in self.served:
             return

@@ -22,6 +22,8 @@ from typing import Any, TextIO
 
 from noetl.cli.lines import error_text, output_lines, where
 from noetl.client.activity import Activity, StepRun
+from noetl.client.execution_view import OPEN
+from noetl.events.port import Bus
 from noetl.events.vocabulary import EventName
 
 log = logging.getLogger("noetl.cli")
@@ -56,7 +58,8 @@ def _elapsed(seconds: float) -> str:
 
 class Progress:
     """Draws an execution's events on ``stream``. ``live``: the status line, step lines and
-    colours (a terminal); otherwise only task output lines. Feed it events in log order."""
+    colours (a terminal); otherwise only task output lines. Feed it events in log order: the
+    status line renders the read-side projection they build (``noetl.client.activity``)."""
 
     def __init__(
         self,
@@ -132,7 +135,7 @@ class Progress:
     def waiting_line(self, ev: dict[str, Any]) -> str:
         """What a step waits for and the command that sends it (issue 31): without it a run of an
         approval showed only a step that never ended."""
-        p = (_d if isinstance(_d := ev.get("payload"), dict) else {})
+        p = _d if isinstance(_d := ev.get("payload"), dict) else {}
         sig = str(p.get("signal") or "?")
         limit = f" (signal_timeout after {p['timeout_s']} s)" if p.get("timeout_s") else ""
         url = f" --nats-url {self.nats_url}" if self.nats_url else ""
@@ -145,9 +148,10 @@ class Progress:
     def _ended(self, run: StepRun) -> None:
         took = _elapsed(self.clock() - self._started.get(run.run_id, self._t0)).strip()
         counts = ""
-        if run.loop is not None:
-            lp = run.loop
-            counts = f"  {lp.done} done" + (f", {lp.failed} failed" if lp.failed else "") + f" of {lp.total}"
+        if run.announced_loop is not None:
+            done, failed = run.announced_loop.ended_counts()
+            total = run.announced_loop.total
+            counts = f"  {done} done" + (f", {failed} failed" if failed else "") + f" of {total}"
         if run.status == "failed":
             err = error_text(run.error)
             tail = f"  {err}" if err else ""
@@ -160,24 +164,25 @@ class Progress:
         parts: list[str] = []
         bar_drawn = False
         for run in self.activity.runs.values():
-            if run.status != "running":
+            if run.status not in OPEN:  # a step waiting for its signal is on the line too
                 continue
-            lp = run.loop
+            lp = run.announced_loop
             if lp is None:
                 parts.append(run.step)
                 continue
-            finished = lp.done + lp.failed
+            done, failed = lp.ended_counts()
+            total = lp.total if isinstance(lp.total, int) else None
             text = run.step
-            if lp.total is not None:
-                if not bar_drawn and lp.total >= BAR_MIN_TOTAL:
-                    filled = BAR_WIDTH * finished // max(lp.total, 1)
+            if total is not None:
+                if not bar_drawn and total >= BAR_MIN_TOTAL:
+                    filled = BAR_WIDTH * (done + failed) // max(total, 1)
                     text += " " + self._full * filled + self._empty * (BAR_WIDTH - filled)
                     bar_drawn = True
-                text += f" {finished}/{lp.total}"
-            if lp.failed:
-                text += f" ({lp.failed} failed)"
-            if lp.running:
-                text += f" {len(lp.running)} running"
+                text += f" {done + failed}/{total}"
+            if failed:
+                text += f" ({failed} failed)"
+            if run.in_flight:
+                text += f" {run.in_flight} running"
             parts.append(text)
         line = f"{_elapsed(self.clock() - self._t0)}  " + ("  |  ".join(parts) if parts else "waiting")
         width = self.width or shutil.get_terminal_size((80, 24)).columns
@@ -208,22 +213,23 @@ class Progress:
             self._status = ""
 
 
-async def _follow(nc: Any, execution_id: str, progress: Progress, finished: asyncio.Event) -> None:
+async def _follow(bus: Bus, execution_id: str, progress: Progress, finished: asyncio.Event) -> None:
     """Feed ``progress`` the execution's events until ``playbook.processed``, or until the run is
     over and nothing is left. Not live, output is all it shows: then only ``task.done`` and the
     ``step.scheduled`` that name its step are read (a loop of a million iterations would
-    otherwise cost this process, the worker's own in ``noetl run``, two more events each)."""
+    otherwise cost this process, the worker's own in ``noetl run``, two more events each), and
+    ``playbook.processed``, once per execution: without it the end was only known from an empty
+    read, which made every run wait one more ``interval`` (100 ms) after its result was in."""
     from noetl.events import subjects as s
     from noetl.events.envelope import loads
-    from noetl.events.nats_port import as_bus
     from noetl.events.objects import is_reference, resolve
 
-    bus = as_bus(nc)
     subjects = (
         [s.execution_events_filter(execution_id)]
         if progress.live
         else [
-            s.execution_event_filter(execution_id, n) for n in ("step.scheduled", "task.done", "step.waiting")
+            s.execution_event_filter(execution_id, n)
+            for n in ("step.scheduled", "task.done", "step.waiting", "playbook.processed")
         ]
     )
     reader = await bus.reader(s.EVENTS_STREAM, subjects)
@@ -254,9 +260,9 @@ async def _follow(nc: Any, execution_id: str, progress: Progress, finished: asyn
             await reader.close()
 
 
-async def _following(nc: Any, execution_id: str, progress: Progress, finished: asyncio.Event) -> None:
+async def _following(bus: Bus, execution_id: str, progress: Progress, finished: asyncio.Event) -> None:
     try:
-        await _follow(nc, execution_id, progress, finished)
+        await _follow(bus, execution_id, progress, finished)
     except asyncio.CancelledError:
         raise
     except Exception as e:  # progress is a courtesy: its failure must not fail the run
@@ -264,7 +270,7 @@ async def _following(nc: Any, execution_id: str, progress: Progress, finished: a
 
 
 async def run_with_progress(
-    nc: Any, request: dict[str, Any], timeout: float | None, progress: Progress | None
+    bus: Bus, request: dict[str, Any], timeout: float | None, progress: Progress | None
 ) -> dict[str, Any]:
     """``run_and_wait`` while ``progress`` draws the execution's events; the status line is gone
     when this returns, even on a time-out or Ctrl-C."""
@@ -272,12 +278,12 @@ async def run_with_progress(
     from noetl.events.ids import execution_id_for
 
     if progress is None:
-        return await run_and_wait(nc, request, timeout=timeout)
+        return await run_and_wait(bus, request, timeout=timeout)
     execution_id = request.get("execution_id") or execution_id_for(request["request_id"])
     finished = asyncio.Event()
-    follower = asyncio.create_task(_following(nc, execution_id, progress, finished))
+    follower = asyncio.create_task(_following(bus, execution_id, progress, finished))
     try:
-        out = await run_and_wait(nc, request, timeout=timeout)
+        out = await run_and_wait(bus, request, timeout=timeout)
         finished.set()
         await asyncio.wait({follower}, timeout=5)  # the rest of the log is stored: catch up
         return out

@@ -29,21 +29,10 @@ def describe(out: dict[str, Any]) -> list[str]:
 
 
 async def _rerun(nc: Any, args: argparse.Namespace) -> int:
-    from noetl.client.run import submit
     from noetl.dsl.validate import read_text
-    from noetl.events.nats_port import as_bus
-    from noetl.server.rerun import prepare_rerun
-    from noetl.store.catalog import Catalog
 
     _check_id(args.execution_id)
-    payload = None
-    if args.payload is not None:
-        try:
-            payload = json.loads(args.payload)
-        except ValueError as e:
-            raise SystemExit(f"noetl: --payload is not JSON ({e}); e.g. --payload '{{\"n\": 3}}'") from None
-        if not isinstance(payload, dict):
-            raise SystemExit("noetl: --payload must be a JSON object, e.g. --payload '{\"n\": 3}'")
+    payload = _payload(args.payload)
     text = None
     if args.playbook:
         text, problem = read_text(args.playbook)
@@ -51,37 +40,11 @@ async def _rerun(nc: Any, args: argparse.Namespace) -> int:
             print(problem, file=sys.stderr)
             return 2
     if principal_token():  # as a principal: the checked NATS service plans and starts it
-        body: dict[str, Any] = {"execution_id": args.execution_id, "dry_run": bool(args.dry_run)}
-        for key, value in (
-            ("from", args.from_step), ("payload", payload), ("playbook", text),
-            ("version", args.version), ("request_id", args.request_id),
-        ):
-            if value is not None:
-                body[key] = value
-        out = await call_service(nc, "noetl.api.rerun", body)
-        if (refused := service_error(out)) is not None:
-            print(f"noetl: {refused.get('message')} ({refused.get('kind')})", file=sys.stderr)
-            return 2
+        out = await _rerun_by_service(nc, args, payload, text)
     else:
-        bus = as_bus(nc.jetstream())
-        catalog = await Catalog.open(bus)
-        got = await prepare_rerun(
-            bus,
-            catalog,
-            args.execution_id,
-            from_step=args.from_step,
-            payload=payload,
-            playbook=text,
-            version=args.version,
-            request_id=args.request_id,
-        )
-        if isinstance(got, dict):
-            err = got["error"]
-            print(f"noetl: {err.get('message')} ({err.get('kind')})", file=sys.stderr)
-            return 2
-        out = got.to_dict()
-        if not args.dry_run:
-            out["execution_id"] = await submit(bus, got.request)
+        out = await _rerun_here(nc, args, payload, text)
+    if out is None:
+        return 2
     if args.json:
         _print_json(out)
         return 0
@@ -92,6 +55,67 @@ async def _rerun(nc: Any, args: argparse.Namespace) -> int:
     else:
         print(out["execution_id"])
     return 0
+
+
+def _payload(raw: str | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        payload = json.loads(raw)
+    except ValueError as e:
+        raise SystemExit(f"noetl: --payload is not JSON ({e}); e.g. --payload '{{\"n\": 3}}'") from None
+    if not isinstance(payload, dict):
+        raise SystemExit("noetl: --payload must be a JSON object, e.g. --payload '{\"n\": 3}'")
+    return payload
+
+
+async def _rerun_by_service(
+    nc: Any, args: argparse.Namespace, payload: Any, text: str | None
+) -> dict[str, Any] | None:
+    """The plan (and the new execution's id) from the NATS service; None when it refused (said)."""
+    body: dict[str, Any] = {"execution_id": args.execution_id, "dry_run": bool(args.dry_run)}
+    for key, value in (
+        ("from", args.from_step), ("payload", payload), ("playbook", text),
+        ("version", args.version), ("request_id", args.request_id),
+    ):
+        if value is not None:
+            body[key] = value
+    out: dict[str, Any] = await call_service(nc, "noetl.api.rerun", body)
+    if (refused := service_error(out)) is not None:
+        print(f"noetl: {refused.get('message')} ({refused.get('kind')})", file=sys.stderr)
+        return None
+    return out
+
+
+async def _rerun_here(
+    nc: Any, args: argparse.Namespace, payload: Any, text: str | None
+) -> dict[str, Any] | None:
+    """The plan made, and the rerun started, by this process; None when refused (said)."""
+    from noetl.client.run import submit
+    from noetl.events.nats_port import NatsBus
+    from noetl.server.rerun import prepare_rerun
+    from noetl.store.catalog import Catalog
+
+    bus = NatsBus(nc)
+    catalog = await Catalog.open(bus)
+    got = await prepare_rerun(
+        bus,
+        catalog,
+        args.execution_id,
+        from_step=args.from_step,
+        payload=payload,
+        playbook=text,
+        version=args.version,
+        request_id=args.request_id,
+    )
+    if isinstance(got, dict):
+        err = got["error"]
+        print(f"noetl: {err.get('message')} ({err.get('kind')})", file=sys.stderr)
+        return None
+    out = got.to_dict()
+    if not args.dry_run:
+        out["execution_id"] = await submit(bus, got.request)
+    return out
 
 
 def add_parsers(sub: Any, nats_url_default: str) -> None:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from noetl.dsl.errors import DeploymentError
+from noetl.dsl.errors import DeploymentError, NatsUnreachableError, NatsUnsuitableError
 from noetl.events.port import BusError
 
 T = TypeVar("T")
@@ -21,8 +21,8 @@ DEFAULT_TIMEOUT = 30.0
 
 
 async def cli_connect(url: str, name: str, timeout: float = 5.0) -> Any:
-    """A connection for one command, or ``Unreachable`` with the cause (the URL without its
-    credentials); a nats-server without JetStream is ``Unsuitable``, one line too."""
+    """A connection for one command, or ``NatsUnreachableError`` with the cause (the URL without its
+    credentials); a nats-server without JetStream is ``NatsUnsuitableError``, one line too."""
     from noetl.events.bus import connect
     from noetl.events.connection import ConnectionState, check_jetstream, redact_urls
     from noetl.events.nats_port import translating
@@ -37,7 +37,7 @@ async def cli_connect(url: str, name: str, timeout: float = 5.0) -> Any:
                 timeout,
             )
     except (TimeoutError, OSError, BusError) as e:
-        raise Unreachable(state, e.__cause__ if isinstance(e, BusError) and e.__cause__ else e) from e
+        raise unreachable(state, e.__cause__ if isinstance(e, BusError) and e.__cause__ else e) from e
     from noetl.cli.as_principal import principal_token
 
     if principal_token():
@@ -48,23 +48,20 @@ async def cli_connect(url: str, name: str, timeout: float = 5.0) -> Any:
         await check_jetstream(nc, name.removeprefix("noetl-"), timeout=min(timeout, 5.0))
     except DeploymentError as e:
         await nc.close()
-        raise Unsuitable(e.message) from None
+        raise NatsUnsuitableError(e.message) from None
     return nc
 
 
-class Unreachable(Exception):
-    def __init__(self, state: Any, cause: BaseException) -> None:
-        from noetl.events.connection import describe
+def unreachable(state: Any, cause: BaseException) -> NatsUnreachableError:
+    """The one line that says which NATS could not be reached and why (its URL without
+    credentials), and what to set."""
+    from noetl.events.connection import describe
 
-        why = state.last_error or state.scrub(describe(cause))
-        super().__init__(
-            f"cannot reach NATS at {state.url} ({why}); is nats-server running there, and are the "
-            "credentials right? Set --nats-url or NOETL_NATS_URL (NOETL_NATS_TOKEN, _USER/_PASSWORD, _CREDS)"
-        )
-
-
-class Unsuitable(Exception):
-    """NATS answers but cannot serve NoETL (JetStream off)."""
+    why = state.last_error or state.scrub(describe(cause))
+    return NatsUnreachableError(
+        f"cannot reach NATS at {state.url} ({why}); is nats-server running there, and are the "
+        "credentials right? Set --nats-url or NOETL_NATS_URL (NOETL_NATS_TOKEN, _USER/_PASSWORD, _CREDS)"
+    )
 
 
 def run_bounded(main: Callable[[], Awaitable[T]], what: str, timeout: float | None) -> T | int:
@@ -78,7 +75,7 @@ def run_bounded(main: Callable[[], Awaitable[T]], what: str, timeout: float | No
 
     try:
         return asyncio.run(bounded())
-    except (Unreachable, Unsuitable) as e:
+    except (NatsUnreachableError, NatsUnsuitableError) as e:
         print(f"noetl {what}: {e}", file=sys.stderr)
     except TimeoutError:
         print(f"noetl {what}: no answer within --timeout {timeout:g} s", file=sys.stderr)

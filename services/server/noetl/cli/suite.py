@@ -60,12 +60,14 @@ class _Env:
 
     async def __aenter__(self) -> _Env:
         from noetl.events.bus import connect
+        from noetl.events.nats_port import NatsBus
         from noetl.events.streams import ensure_all
         from noetl.host.natsserver import NatsServer
 
         self.ns = NatsServer().start()
         self.nc = await connect(self.ns.url, name="noetl-test")
         await ensure_all(self.nc.jetstream())
+        self.bus = NatsBus(self.nc)  # the one adapter the suite's server, worker and runs share
         self.services: list[Any] = []
         return self
 
@@ -76,14 +78,13 @@ class _Env:
         from noetl.store.credentials import CredentialStore, generate_key, load_credentials_file
         from noetl.worker.service import Worker
 
-        js = self.nc.jetstream()
-        creds = await CredentialStore.open(js, generate_key())
+        creds = await CredentialStore.open(self.bus, generate_key())
         for name, entry in (load_credentials_file(credentials) if credentials else {}).items():
             await creds.put(name, entry.get("kind", "secret"), entry.get("data") or {})
         if catalog and Path(catalog).is_dir():
-            await register_catalog_dir(await Catalog.open(js), catalog)
-        self.server = Server(self.nc, credentials=creds)
-        self.worker = Worker(self.nc, credentials=creds, concurrency=32)
+            await register_catalog_dir(await Catalog.open(self.bus), catalog)
+        self.server = Server(self.bus, credentials=creds)
+        self.worker = Worker(self.bus, credentials=creds, concurrency=32)
         await self.server.start()
         self.services.append(self.server.stop)
         await self.worker.start()
@@ -93,7 +94,7 @@ class _Env:
         from noetl.client.run import run_and_wait
 
         request = {"request_id": uuid.uuid4().hex, "playbook": text, "payload": payload}
-        return await run_and_wait(self.nc, request, timeout=timeout)
+        return await run_and_wait(self.bus, request, timeout=timeout)
 
     async def __aexit__(self, *exc: object) -> None:
         for stop in reversed(self.services):

@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from noetl.dsl.specmerge import effective_step_spec
-from noetl.engine.limits import MAX_EVENT_PAYLOAD, by_reference, size
+from noetl.engine.limits import MAX_EVENT_PAYLOAD
 from noetl.engine.state import EventView, ExecutionState, RunState
-from noetl.events.envelope import Command, EntityType, Event, EventName, Status, make_event
+from noetl.events.envelope import Command, EntityType, Event, EventName, Status, dumps, make_event
 from noetl.events.ids import derive_id
+from noetl.events.refs import make_reference
 from noetl.events.subjects import DEFAULT_POOL
 
 
@@ -67,12 +68,13 @@ class Emitter:
         run: RunState | None = None,
     ) -> Event:
         self.n += 1
-        n_bytes = size(payload) if payload else 0
-        self.state.event_bytes += n_bytes
-        if n_bytes > MAX_EVENT_PAYLOAD:
+        # encoded once: the same bytes count towards max_event_bytes and, when large, are stored
+        data = dumps(payload) if payload else b""
+        self.state.event_bytes += len(data)
+        if len(data) > MAX_EVENT_PAYLOAD:
             key = f"{self.state.execution_id}/events/{derive_id(self.cause_id, self.n)}"
-            ref = by_reference(self.state, payload, key, self.out, limit=0)
-            payload = {**summary(payload or {}), "payload_ref": ref}
+            self.out.objects.append((key, data))
+            payload = {**summary(payload or {}), "payload_ref": make_reference(key, data)}
         ev = make_event(
             event_id=derive_id(self.cause_id, self.n),
             execution_id=self.state.execution_id,

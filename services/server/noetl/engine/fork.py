@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from noetl.dsl.errors import NoetlError
 from noetl.engine.decide import decide, is_input, new_state
-from noetl.engine.state import EventView, ExecutionState
+from noetl.engine.state import EventView, ExecutionState, RunState
 from noetl.events.envelope import Event
 
 
@@ -157,24 +157,10 @@ def plan_fork(
         )
         return plan
     runs = sorted(state.runs.values(), key=lambda r: r.seq)
-    if from_step is not None:
-        chosen = [r for r in runs if r.step == from_step][-1:]
-        if not chosen:
-            ran = ", ".join(dict.fromkeys(r.step for r in runs)) or "none"
-            plan.problem = (
-                f"step {from_step!r} did not run in execution {eid} (steps that ran: {ran}): rerun from one "
-                "of those, or without --from to rerun the steps that failed"
-            )
-            return plan
-    else:
-        chosen = [r for r in runs if r.status in ("failed", "running", "waiting", "held")]
-        chosen = [r for r in chosen if r.run_id not in handled]
-        if not chosen:
-            plan.problem = (
-                f"execution {eid} has no failed step (it ended {state.status}): say where to continue "
-                "from with --from STEP"
-            )
-            return plan
+    chosen = _chosen_runs(runs, from_step, handled, eid, state.status)
+    if isinstance(chosen, str):
+        plan.problem = chosen
+        return plan
     if playbook_text is not None:
         problem = _check_new_playbook(events, playbook_text, chosen, arrivals, shapes)
         if problem is not None and problem.startswith("!"):
@@ -182,6 +168,44 @@ def plan_fork(
             return plan
         if problem is not None:
             plan.not_kept.append(problem)
+    _keep(plan, runs, chosen, arrivals)
+    if state.signals:
+        plan.not_kept.append(
+            "signals queued in the original and never taken are not carried over: "
+            + ", ".join(sorted(state.signals))
+        )
+    return plan
+
+
+def _chosen_runs(
+    runs: list[RunState], from_step: str | None, handled: set[str], eid: str, status: str
+) -> list[RunState] | str:
+    """The runs the rerun starts again: the last run of ``from_step``, else every failed (or
+    unfinished) run whose failure fired no arc; or why there is none."""
+    if from_step is not None:
+        chosen = [r for r in runs if r.step == from_step][-1:]
+        if not chosen:
+            ran = ", ".join(dict.fromkeys(r.step for r in runs)) or "none"
+            return (
+                f"step {from_step!r} did not run in execution {eid} (steps that ran: {ran}): rerun from one "
+                "of those, or without --from to rerun the steps that failed"
+            )
+        return chosen
+    chosen = [r for r in runs if r.status in ("failed", "running", "waiting", "held")]
+    chosen = [r for r in chosen if r.run_id not in handled]
+    if not chosen:
+        return (
+            f"execution {eid} has no failed step (it ended {status}): say where to continue "
+            "from with --from STEP"
+        )
+    return chosen
+
+
+def _keep(
+    plan: ForkPlan, runs: list[RunState], chosen: list[RunState], arrivals: dict[str, _Arrival]
+) -> None:
+    """Fill ``plan`` from the fork point (the latest arrival of a chosen run): the ctx there, the
+    runs started again, the runs kept (ended before it), and what is not kept, said before it runs."""
     fork_at = max(arrivals[r.run_id].input_index for r in chosen)
     plan.ctx = arrivals[max(chosen, key=lambda r: arrivals[r.run_id].input_index).run_id].ctx
     chosen_ids = {r.run_id for r in chosen}
@@ -207,12 +231,6 @@ def plan_fork(
                 "reached: the rerun does not run it again and its ctx writes after that point are not "
                 f"kept; rerun --from {r.step} to run it"
             )
-    if state.signals:
-        plan.not_kept.append(
-            "signals queued in the original and never taken are not carried over: "
-            + ", ".join(sorted(state.signals))
-        )
-    return plan
 
 
 def _check_new_playbook(

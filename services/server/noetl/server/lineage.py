@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from noetl.client.projection import fold
 from noetl.events import subjects as s
 from noetl.events.envelope import loads
 from noetl.events.port import Bus
@@ -81,15 +82,14 @@ async def lineage(
 ) -> dict[str, Any]:
     """``{parent_execution_id, forked_from, children, reruns}`` of an execution whose events are
     ``events``; children and reruns in namespaces ``visible`` does not admit are left out."""
-    requested = next((e for e in events if e.get("name") == "playbook.execution.requested"), {})
-    forked = next((e for e in events if e.get("name") == "execution.forked"), None)
-    fp = (forked or {}).get("payload") or {}
+    view = fold(execution_id, events)  # the read-side projection: what the console shows too
+    fp = view.forked or {}
     return {
         "execution_id": execution_id,
-        "parent_execution_id": requested.get("parent_execution_id"),
+        "parent_execution_id": view.parent_execution_id,
         "forked_from": (
             {k: fp.get(k) for k in ("from_execution_id", "from_steps", "kept", "not_kept")}
-            if forked
+            if view.forked is not None
             else None
         ),
         "children": await children_of(bus, execution_id, visible),

@@ -11,16 +11,17 @@ import logging
 import time
 from typing import Any
 
+from noetl.dsl.errors import DecisionUnstorableError
 from noetl.engine import ExecutionState, decide, is_input, new_state
 from noetl.engine.fold import replay
 from noetl.events import subjects as s
 from noetl.events import supervise
 from noetl.events.envelope import Event, WireError, decode_event, loads
-from noetl.events.port import BusError, Message, ReaderLostError, UnavailableError
+from noetl.events.port import BusError, BusUnavailableError, Message, ReaderLostError
 from noetl.events.retry import Backoff, describe, is_transient, retrying
 from noetl.server.lanes import SLOW_DECISION_S, may_render_long, off_loop
 from noetl.server.parts import BATCH, READER_GRACE, REBUILD_PATIENCE
-from noetl.server.storing import DecisionStoring, Outputs, UnstorableError
+from noetl.server.storing import DecisionStoring, Outputs
 
 log = logging.getLogger("noetl.server")
 
@@ -175,30 +176,8 @@ class PartitionReading(DecisionStoring):
         # JetStream can never store (``_store_each``)
         groups: dict[str, Outputs] = {}
         ended_loops: list[tuple[str, str]] = []
-        last_seq = 0
-        todo: list[tuple[int, Event, ExecutionState]] = []
-        for msg in batch:
-            last_seq = msg.seq
-            try:
-                event = decode_event(msg.data)
-            except WireError as e:
-                (log.error if e.newer else log.warning)("ignored a message on %s: %s", msg.subject, e)
-                continue
-            if not is_input(event):
-                continue
-            if event.get("execution_id") in self.lanes:
-                self.lanes.put(event["execution_id"], last_seq, event)
-                continue
-            try:
-                # NATS failures are waited out inside, so an input is never skipped for want of I/O
-                state = await self._state_for(event, last_seq, partition)
-            except Exception:
-                log.exception(
-                    "engine failed on event %s (%s); ignored", event.get("event_id"), event.get("name")
-                )
-                continue
-            if state is not None:
-                todo.append((last_seq, event, state))
+        last_seq = batch[-1].seq if batch else 0
+        todo = await self._to_decide(partition, batch)
         if any(may_render_long(state.playbook) for _, _, state in todo):
             decided = await off_loop(_decide_batch, todo)
         else:
@@ -221,7 +200,7 @@ class PartitionReading(DecisionStoring):
         armed = [t for g in groups.values() for t in g.timers]
         try:
             await self._until_stored(self._store(objects, events, commands, partition, last_seq, armed))
-        except UnstorableError:
+        except DecisionUnstorableError:
             await self._store_each(groups, partition, last_seq)
         self.lanes.release()
         if ended_loops:
@@ -229,6 +208,35 @@ class PartitionReading(DecisionStoring):
         self._disarm(groups)
         self.decided += len(batch)
         self._forget_finished()
+
+    async def _to_decide(
+        self, partition: int, batch: list[Message]
+    ) -> list[tuple[int, Event, ExecutionState]]:
+        """The batch's inputs with the state each is decided on (read or rebuilt here, where I/O
+        belongs); an execution that has a lane gets its inputs there instead, in order."""
+        todo: list[tuple[int, Event, ExecutionState]] = []
+        for msg in batch:
+            try:
+                event = decode_event(msg.data)
+            except WireError as e:
+                (log.error if e.newer else log.warning)("ignored a message on %s: %s", msg.subject, e)
+                continue
+            if not is_input(event):
+                continue
+            if event.get("execution_id") in self.lanes:
+                self.lanes.put(event["execution_id"], msg.seq, event)
+                continue
+            try:
+                # NATS failures are waited out inside, so an input is never skipped for want of I/O
+                state = await self._state_for(event, msg.seq, partition)
+            except Exception:
+                log.exception(
+                    "engine failed on event %s (%s); ignored", event.get("event_id"), event.get("name")
+                )
+                continue
+            if state is not None:
+                todo.append((msg.seq, event, state))
+        return todo
 
     async def _state_for(self, event: Event, seq: int, partition: int) -> ExecutionState | None:
         """The state ``event`` is decided on, read or rebuilt when not in memory; None when there
@@ -289,7 +297,7 @@ class PartitionReading(DecisionStoring):
                 if reached is not None:
                     break
                 if loop.time() > deadline:
-                    raise UnavailableError(
+                    raise BusUnavailableError(
                         f"rebuilding {execution_id}: its input at sequence {before_seq} was not read back "
                         f"within {REBUILD_PATIENCE:g} s (a replica behind the stream); reading again"
                     )

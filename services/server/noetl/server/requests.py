@@ -22,6 +22,7 @@ from noetl.events import subjects as s
 from noetl.events import tracing
 from noetl.events.clock import utc_now
 from noetl.events.envelope import (
+    Event,
     WireError,
     decode_event,
     dumps,
@@ -41,6 +42,10 @@ __all__ = ["MAX_PAYLOAD_DEPTH", "MAX_REQUEST_BYTES", "MAX_SIGNALS", "RequestHand
 
 
 class RequestHandler(OutsideRequests):
+    """``handle`` runs the checks in one fixed order (parse, reserved fields, duplicate, namespace
+    before the catalog is read, playbook, keychain scope, wire check), and each may end the request
+    with its own answer; the checks themselves are in ``noetl.server.requests_checks``."""
+
     def __init__(self, bus: Bus, catalog: Catalog, credentials: Any, partitions: int = 1) -> None:
         self.bus = bus
         self.catalog = catalog
@@ -66,28 +71,11 @@ class RequestHandler(OutsideRequests):
         Without one the request came over ``noetl.requests.execute``, whose publishers NATS's
         permissions vouch for (workers starting children); even there a schedule's fields are the
         scheduler's alone (``scheduled``, in this process).
-
-        Longer than 60 lines on purpose: the checks run in one fixed order (parse, reserved
-        fields, duplicate, namespace before the catalog is read, playbook, keychain scope, wire
-        check) and each may end the request with its own answer; read top to bottom it is the
-        protocol, and each step's helper is in ``noetl.server.requests_checks``.
         """
         began = time.time_ns() if tracing.enabled() else 0
-        try:
-            req = self._parse(data)
-        except RequestInvalidError as e:
-            log.warning("request rejected: %s", e.message)
-            known = self._known_id(data, msg_id)
-            if known is None:
-                return {"error": e.to_dict()}
-            execution_id = execution_id_for(known)
-            await self._reject(execution_id, s.partition_of(execution_id, self.partitions), e.to_dict(), {})
-            return {"execution_id": execution_id, "error": e.to_dict()}
-        try:
-            self._check_reserved(req, msg_id, principal, scheduled, forked)
-        except RequestInvalidError as e:  # recorded nowhere: its id may be a schedule's next fire
-            log.warning("request refused: %s", e.message)
-            return {"error": e.to_dict()}
+        req, answer = await self._parsed(data, msg_id, principal, scheduled, forked)
+        if req is None:
+            return answer
         request_id = str(
             req.get("request_id") or msg_id or derive_id("request", data.decode(errors="replace"))
         )
@@ -102,29 +90,79 @@ class RequestHandler(OutsideRequests):
         try:
             text, file = await self._playbook_text(req)
             playbook = parse_playbook(text, file)  # validated once per distinct text
-        except PlaybookInvalidError as e:
-            await self._reject(execution_id, partition, e.to_dict(), req)
-            return {"execution_id": execution_id, "error": e.to_dict()}
-        except RequestInvalidError as e:
-            await self._reject(execution_id, partition, e.to_dict(), req)
-            return {"execution_id": execution_id, "error": e.to_dict()}
-        digest = digest_of(text)
+        except (PlaybookInvalidError, RequestInvalidError) as e:
+            return await self._refused(execution_id, partition, e.to_dict(), req)
         origin = None if req.get("playbook") else str(req["path"])  # what the request can prove
         claimed = playbook.metadata.path or playbook.metadata.name  # an inline playbook's own word
         namespace = namespace_of(origin if origin is not None else claimed)
         if principal is not None and (forbidden := self._forbidden(principal, namespace, execution_id)):
             return forbidden
         if principal is None and req.get("parent_execution_id"):
-            # a child (the `playbook` tool) acts for whoever started its parent: an inline playbook of
-            # team_b may not drive team_a's credentialed playbook with its own inputs
+            # a child (the `playbook` tool) acts for whoever started its parent
             principal = await self._principal_of(str(req["parent_execution_id"]))
-            if principal is not None and not principal.may("write", namespace):
-                denied = ForbiddenError(
-                    f"principal {principal.name!r} ({principal.role}), who started parent execution "
-                    f"{req['parent_execution_id']}, may not start playbooks in namespace {namespace!r}"
-                )
-                await self._reject(execution_id, partition, denied.to_dict(), req)  # the parent waits for it
-                return {"execution_id": execution_id, "error": denied.to_dict()}
+            if (denied := self._parent_denied(principal, namespace, req)) is not None:
+                return await self._refused(execution_id, partition, denied, req)  # the parent waits for it
+        digest = digest_of(text)
+        keys = await self._keychain(playbook, origin, digest, req.get("payload"))
+        if "error" in keys:
+            return await self._refused(execution_id, partition, keys["error"], req)
+        await self.catalog.put_digest(digest, text)
+        meta = {"partition": partition, "request_id": request_id, "namespace": namespace}
+        source = (text, file, digest, origin)
+        event = _requested_event(execution_id, req, playbook, source, keys, meta, principal)
+        return await self._record(event, req, partition, began, origin)
+
+    async def _parsed(
+        self, data: bytes, msg_id: str | None, principal: Principal | None, scheduled: bool, forked: bool
+    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """(the request, {}), or (None, the answer). One that does not parse is recorded as
+        rejected when its id can still be told, so the caller waiting on that execution hears why;
+        one setting fields reserved to others is recorded nowhere: its id may be a schedule's next
+        fire."""
+        try:
+            req = self._parse(data)
+        except RequestInvalidError as e:
+            log.warning("request rejected: %s", e.message)
+            known = self._known_id(data, msg_id)
+            if known is None:
+                return None, {"error": e.to_dict()}
+            execution_id = execution_id_for(known)
+            await self._reject(execution_id, s.partition_of(execution_id, self.partitions), e.to_dict(), {})
+            return None, {"execution_id": execution_id, "error": e.to_dict()}
+        try:
+            self._check_reserved(req, msg_id, principal, scheduled, forked)
+        except RequestInvalidError as e:
+            log.warning("request refused: %s", e.message)
+            return None, {"error": e.to_dict()}
+        return req, {}
+
+    async def _refused(
+        self, execution_id: str, partition: int, error: dict[str, Any], req: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Recorded as rejected, so whoever waits on the execution (a parent, a CLI) hears why."""
+        await self._reject(execution_id, partition, error, req)
+        return {"execution_id": execution_id, "error": error}
+
+    @staticmethod
+    def _parent_denied(
+        principal: Principal | None, namespace: str, req: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """A child acts for whoever started its parent: an inline playbook of team_b may not drive
+        team_a's credentialed playbook with its own inputs."""
+        if principal is None or principal.may("write", namespace):
+            return None
+        return ForbiddenError(
+            f"principal {principal.name!r} ({principal.role}), who started parent execution "
+            f"{req['parent_execution_id']}, may not start playbooks in namespace {namespace!r}"
+        ).to_dict()
+
+    async def _keychain(
+        self, playbook: Any, origin: str | None, digest: str, payload: Any
+    ) -> dict[str, Any]:
+        """``{missing, mismatched}`` of the playbook's keychain, or ``{error}`` when an entry's
+        scope does not include this playbook, or does not admit the request's inputs
+        (``payload``): a credential must not reach a text it was not granted to, nor go where a
+        caller's input sends it, so nothing starts then."""
         missing: list[str] = []
         refused: list[str] = []
         mismatched: list[dict[str, Any]] = []
@@ -135,70 +173,43 @@ class RequestHandler(OutsideRequests):
                 missing.append(entry.name)
             elif not scope_allows(scope, origin, digest):
                 refused.append(entry.name)
-            elif problems := scope_input_problems(scope, req.get("payload")):
+            elif problems := scope_input_problems(scope, payload if isinstance(payload, dict) else None):
                 inputs_refused += [(entry.name, name, why) for name, why in problems]
             elif self.credentials is not None:
                 stored = await self.credentials.kind(entry.name)
                 if stored != entry.kind:  # the declared kind decides masking: no start on a guess
                     mismatched.append({"name": entry.name, "declared": entry.kind, "stored": stored})
-        if refused:
-            where = "an inline playbook" if origin is None else f"catalog path {origin!r}"
-            names = ", ".join(refused)
-            err = CredentialScopeError(
+        if not refused:
+            if inputs_refused:
+                return {"error": _inputs_refused(inputs_refused, origin).to_dict()}
+            return {"missing": missing, "mismatched": mismatched}
+        where = "an inline playbook" if origin is None else f"catalog path {origin!r}"
+        names = ", ".join(refused)
+        return {
+            "error": CredentialScopeError(
                 f"credential{'s' if len(refused) > 1 else ''} {names} may not be used by {where}: "
                 "its scope does not include it. Register the playbook under a path in the credential's scope "
                 "(noetl catalog register) and request it by path, or have an admin widen the scope "
                 "(noetl credentials set NAME --scope PATH [--allow-inline])",
                 entries=refused,
-            )
-            await self._reject(execution_id, partition, err.to_dict(), req)
-            return {"execution_id": execution_id, "error": err.to_dict()}
-        if inputs_refused:
-            err = _inputs_refused(inputs_refused, origin)
-            await self._reject(execution_id, partition, err.to_dict(), req)
-            return {"execution_id": execution_id, "error": err.to_dict()}
-        await self.catalog.put_digest(digest, text)
-        event = make_event(
-            event_id=derive_id("requested", execution_id),
-            execution_id=execution_id,
-            timestamp=utc_now(),
-            source="server",
-            name="playbook.execution.requested",
-            entity_type="playbook",
-            # a catalog playbook without metadata.path is registered under its name: keep the
-            # path it was requested by, so lists and the console link it to its catalog entry
-            entity_id=playbook.metadata.path or origin or playbook.metadata.name,
-            status="in_progress",
-            payload={
-                "playbook": text,
-                "file": file,
-                "digest": digest,
-                "path": playbook.metadata.path or origin,
-                "version": playbook.metadata.version,
-                "payload": req.get("payload") or {},
-                "keychain_missing": missing,
-                **({"keychain_mismatch": mismatched} if mismatched else {}),
-                "partition": partition,
-                "request_id": request_id,
-                "namespace": namespace,
-                **({"principal": principal.grant()} if principal is not None else {}),
-                **({"schedule": req["schedule"]} if req.get("schedule") else {}),
-                **({"parent_iter": req["parent_iter"]} if req.get("parent_iter") is not None else {}),
-                **({"fork": req["fork"]} if req.get("fork") is not None else {}),
-            },
-            parent_execution_id=req.get("parent_execution_id"),
-            trace_id=req.get("trace_id") or execution_id,
-        )
+            ).to_dict()
+        }
+
+    async def _record(
+        self, event: Event, req: dict[str, Any], partition: int, began: int, origin: str | None
+    ) -> dict[str, Any]:
+        """Store the event, after the check the partition reader will make: a request it would
+        ignore must be refused here, where the caller still hears of it."""
+        execution_id = str(event["execution_id"])
         data = dumps(event)
         if len(data) > MAX_MESSAGE_BYTES:  # the text is in the catalog by digest: name it only
             del event["payload"]["playbook"]
             data = dumps(event)
         try:
-            decode_event(data)  # what the partition reader will check: accept nothing it would ignore
+            decode_event(data)
         except WireError as e:
             invalid = RequestInvalidError(f"request cannot be recorded: {e}")
-            await self._reject(execution_id, partition, invalid.to_dict(), req)
-            return {"execution_id": execution_id, "error": invalid.to_dict()}
+            return await self._refused(execution_id, partition, invalid.to_dict(), req)
         subject = s.event_subject(partition, execution_id, event["name"])
         await store_all(self.bus, [(subject, data, event["event_id"])])
         if began:
@@ -210,11 +221,65 @@ class RequestHandler(OutsideRequests):
                 parent=tracing.root_span(trace, execution_id),
                 start=began,
                 end=time.time_ns(),
-                attributes={"execution_id": execution_id, "request_id": request_id, "path": origin or ""},
+                attributes={
+                    "execution_id": execution_id,
+                    "request_id": event["payload"]["request_id"],
+                    "path": origin or "",
+                },
             )
         return {"execution_id": execution_id}
 
 
+
+
+def _requested_event(
+    execution_id: str,
+    req: dict[str, Any],
+    playbook: Any,
+    source: tuple[str, str | None, str, str | None],
+    keys: dict[str, Any],
+    meta: dict[str, Any],
+    principal: Principal | None,
+) -> Event:
+    """The ``playbook.execution.requested`` event: self-contained, so the engine folds it without
+    reading the catalog or the keychain. ``source``: the playbook's text, file, digest and the
+    catalog path it was requested by; ``meta``: its partition, request id and namespace."""
+    text, file, digest, origin = source
+    mismatch = {"keychain_mismatch": keys["mismatched"]} if keys["mismatched"] else {}
+    optional = {
+        "principal": principal.grant() if principal is not None else None,
+        "schedule": req.get("schedule") or None,
+        "parent_iter": req.get("parent_iter"),
+        "fork": req.get("fork"),
+    }
+    return make_event(
+        event_id=derive_id("requested", execution_id),
+        execution_id=execution_id,
+        timestamp=utc_now(),
+        source="server",
+        name="playbook.execution.requested",
+        entity_type="playbook",
+        # a catalog playbook without metadata.path is registered under its name: keep the
+        # path it was requested by, so lists and the console link it to its catalog entry
+        entity_id=playbook.metadata.path or origin or playbook.metadata.name,
+        status="in_progress",
+        payload={
+            "playbook": text,
+            "file": file,
+            "digest": digest,
+            "path": playbook.metadata.path or origin,
+            "version": playbook.metadata.version,
+            "payload": req.get("payload") or {},
+            "keychain_missing": keys["missing"],
+            **mismatch,
+            "partition": meta["partition"],
+            "request_id": meta["request_id"],
+            "namespace": meta["namespace"],
+            **{k: v for k, v in optional.items() if v is not None},
+        },
+        parent_execution_id=req.get("parent_execution_id"),
+        trace_id=req.get("trace_id") or execution_id,
+    )
 
 
 def _inputs_refused(refused: list[tuple[str, str, str]], origin: str | None) -> CredentialScopeError:

@@ -43,6 +43,22 @@ MAX_REQUEST_BYTES = 512 * 1024
 MAX_SIGNALS = 10_000
 # far deeper than any real input; deep enough nesting exhausts Python's recursion in every walk
 MAX_PAYLOAD_DEPTH = 64
+# what a request may carry; anything else is refused by name rather than ignored
+REQUEST_FIELDS = frozenset(
+    {
+        "request_id",
+        "execution_id",
+        "path",
+        "version",
+        "playbook",
+        "payload",
+        "parent_execution_id",
+        "parent_iter",
+        "trace_id",
+        "schedule",
+        "fork",
+    }
+)
 
 
 def _depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH + 1) -> int:
@@ -155,65 +171,11 @@ class RequestChecks:
             ) from e
         if not isinstance(req, dict):
             raise RequestInvalidError("request must be a JSON object with path or playbook, and payload")
-        unknown = set(req) - {
-            "request_id",
-            "execution_id",
-            "path",
-            "version",
-            "playbook",
-            "payload",
-            "parent_execution_id",
-            "parent_iter",
-            "trace_id",
-            "schedule",
-            "fork",
-        }
-        if unknown:
+        if unknown := set(req) - REQUEST_FIELDS:
             raise RequestInvalidError(f"unknown request fields: {', '.join(sorted(unknown))}")
         if not req.get("path") and not req.get("playbook"):
             raise RequestInvalidError("request needs `path` (a catalog playbook) or `playbook` (inline YAML)")
-        if req.get("payload") is not None and not isinstance(req["payload"], dict):
-            raise RequestInvalidError("request `payload` must be a JSON object")
-        if req.get("parent_iter") is not None and not isinstance(req["parent_iter"], dict):
-            raise RequestInvalidError(
-                "request `parent_iter` must be a JSON object: the calling loop iteration's `iter` "
-                "(the `playbook` tool sets it; leave it out otherwise)"
-            )
-        fork = req.get("fork")
-        if fork is not None and (
-            not isinstance(fork, dict)
-            or execution_id_problem(fork.get("from_execution_id"))
-            or not isinstance(fork.get("runs"), list)
-        ):
-            # written by a rerun (noetl.server.rerun), never by hand
-            raise RequestInvalidError(
-                "request `fork` must be {from_execution_id, runs, ctx} as `noetl rerun` writes it: "
-                "use noetl rerun ID or POST /api/executions/{id}/rerun"
-            )
-        for key, problem in (
-            ("request_id", request_id_problem),
-            ("execution_id", execution_id_problem),
-            ("parent_execution_id", execution_id_problem),
-            ("schedule", schedule_name_problem),
-        ):
-            if req.get(key) is not None and (msg := problem(req[key])):
-                raise RequestInvalidError(f"request `{key}`: {msg}")
-        trace = req.get("trace_id")
-        if trace is not None and (not isinstance(trace, str) or not 0 < len(trace) <= 128):
-            # an event whose trace id is not a string is refused where the server reads its inputs:
-            # accepted here, the execution would never have been decided
-            raise RequestInvalidError("request `trace_id` must be a string of 1 to 128 characters")
-        if req.get("path") is not None and not isinstance(req["path"], str):
-            raise RequestInvalidError("request `path` must be a string (a catalog path, e.g. examples/hello)")
-        if req.get("version") is not None and (
-            isinstance(req["version"], bool) or not isinstance(req["version"], str | int)
-        ):
-            raise RequestInvalidError("request `version` must be a string or a whole number")
-        if _depth(req.get("payload")) > MAX_PAYLOAD_DEPTH:
-            raise RequestInvalidError(
-                f"request `payload` nests deeper than {MAX_PAYLOAD_DEPTH} levels; flatten it or pass the "
-                "data by reference (a table, a file, an object)"
-            )
+        _check_values(req)
         return req
 
     async def _playbook_text(self, req: dict[str, Any]) -> tuple[str, str]:
@@ -256,3 +218,50 @@ class RequestChecks:
             )
             msgs.append((s.event_subject(partition, execution_id, name), dumps(ev), ev["event_id"]))
         await store_all(self.bus, msgs)
+
+
+def _check_values(req: dict[str, Any]) -> None:
+    """Each field's value, so that nothing a request carries can stop the engine later: an event it
+    would refuse where the server reads its inputs is refused here, with the reason."""
+    if req.get("payload") is not None and not isinstance(req["payload"], dict):
+        raise RequestInvalidError("request `payload` must be a JSON object")
+    if req.get("parent_iter") is not None and not isinstance(req["parent_iter"], dict):
+        raise RequestInvalidError(
+            "request `parent_iter` must be a JSON object: the calling loop iteration's `iter` "
+            "(the `playbook` tool sets it; leave it out otherwise)"
+        )
+    fork = req.get("fork")
+    if fork is not None and (
+        not isinstance(fork, dict)
+        or execution_id_problem(fork.get("from_execution_id"))
+        or not isinstance(fork.get("runs"), list)
+    ):
+        # written by a rerun (noetl.server.rerun), never by hand
+        raise RequestInvalidError(
+            "request `fork` must be {from_execution_id, runs, ctx} as `noetl rerun` writes it: "
+            "use noetl rerun ID or POST /api/executions/{id}/rerun"
+        )
+    for key, problem in (
+        ("request_id", request_id_problem),
+        ("execution_id", execution_id_problem),
+        ("parent_execution_id", execution_id_problem),
+        ("schedule", schedule_name_problem),
+    ):
+        if req.get(key) is not None and (msg := problem(req[key])):
+            raise RequestInvalidError(f"request `{key}`: {msg}")
+    trace = req.get("trace_id")
+    if trace is not None and (not isinstance(trace, str) or not 0 < len(trace) <= 128):
+        # an event whose trace id is not a string is refused where the server reads its inputs:
+        # accepted here, the execution would never have been decided
+        raise RequestInvalidError("request `trace_id` must be a string of 1 to 128 characters")
+    if req.get("path") is not None and not isinstance(req["path"], str):
+        raise RequestInvalidError("request `path` must be a string (a catalog path, e.g. examples/hello)")
+    if req.get("version") is not None and (
+        isinstance(req["version"], bool) or not isinstance(req["version"], str | int)
+    ):
+        raise RequestInvalidError("request `version` must be a string or a whole number")
+    if _depth(req.get("payload")) > MAX_PAYLOAD_DEPTH:
+        raise RequestInvalidError(
+            f"request `payload` nests deeper than {MAX_PAYLOAD_DEPTH} levels; flatten it or pass the "
+            "data by reference (a table, a file, an object)"
+        )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ from noetl.dsl.errors import NoSuchEntityError, RerunRefusedError, reply_error
 from noetl.dsl.specmerge import deep_merge
 from noetl.engine.fork import ForkPlan, plan_fork
 from noetl.events.bus import read_execution_events
+from noetl.events.port import Bus
 from noetl.store.principals import Principal
 
 
@@ -42,7 +44,7 @@ class Rerun:
 
 
 async def prepare_rerun(
-    bus: Any,
+    bus: Bus,
     catalog: Any,
     execution_id: str,
     *,
@@ -73,7 +75,6 @@ async def prepare_rerun(
     except LookupError as e:
         return reply_error(RerunRefusedError(f"{e}: rerun it with --playbook FILE"))
     rp = requested.get("payload") or {}
-    orig_path, orig_version = rp.get("path"), rp.get("version")
     recorded_text = next(
         e["payload"]["playbook"] for e in events if e.get("name") == "playbook.execution.requested"
     )
@@ -81,11 +82,37 @@ async def prepare_rerun(
         "request_id": request_id or uuid.uuid4().hex,
         "payload": deep_merge(dict(rp.get("payload") or {}), payload or {}),
     }
-    new_text: str | None = None
+    new_text = await _playbook_of_rerun(
+        catalog, execution_id, requested, recorded_text, request, playbook, version
+    )
+    if isinstance(new_text, dict):
+        return new_text
+    plan = plan_fork(events, from_step, new_text)
+    if plan.problem is not None:
+        return reply_error(RerunRefusedError(plan.problem))
+    request["fork"] = plan.fork_payload()
+    return Rerun(plan, request)
+
+
+async def _playbook_of_rerun(
+    catalog: Any,
+    execution_id: str,
+    requested: Mapping[str, Any],
+    recorded_text: str,
+    request: dict[str, Any],
+    playbook: str | None,
+    version: str | None,
+) -> str | dict[str, Any] | None:
+    """Set what ``request`` runs: the given text, the given catalog version, the original catalog
+    entry when it still holds the recorded text (credential scopes follow the path), else the
+    recorded text. Returns the text given or read from the catalog (the plan checks the fork
+    against it), None when the recorded text runs, or the refusal."""
+    rp = requested.get("payload") or {}
+    orig_path, orig_version = rp.get("path"), rp.get("version")
     if playbook is not None:
-        new_text = playbook
         request["playbook"] = playbook
-    elif version is not None:
+        return playbook
+    if version is not None:
         if not orig_path:
             return reply_error(
                 RerunRefusedError(
@@ -93,7 +120,7 @@ async def prepare_rerun(
                     "rerun it with --playbook FILE"
                 )
             )
-        new_text = await catalog.get(str(orig_path), str(version))
+        new_text: str | None = await catalog.get(str(orig_path), str(version))
         if new_text is None:
             return reply_error(
                 RerunRefusedError(
@@ -102,21 +129,16 @@ async def prepare_rerun(
                 )
             )
         request.update(path=orig_path, version=str(version))
-    elif orig_path and str(rp.get("file") or "").startswith("catalog:"):
+        return new_text
+    if orig_path and str(rp.get("file") or "").startswith("catalog:"):
         # the same catalog entry when it still holds the recorded text (credential scopes follow
         # the path), else the recorded text itself
         current = await catalog.get(str(orig_path), str(orig_version) if orig_version else None)
         if current is not None and digest_of(current) == rp.get("digest"):
             request.update(path=orig_path, **({"version": str(orig_version)} if orig_version else {}))
-        else:
-            request["playbook"] = recorded_text
-    else:
-        request["playbook"] = recorded_text
-    plan = plan_fork(events, from_step, new_text)
-    if plan.problem is not None:
-        return reply_error(RerunRefusedError(plan.problem))
-    request["fork"] = plan.fork_payload()
-    return Rerun(plan, request)
+            return None
+    request["playbook"] = recorded_text
+    return None
 
 
 def rerun_options(body: dict[str, Any]) -> dict[str, Any] | str:

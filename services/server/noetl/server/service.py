@@ -25,7 +25,6 @@ from noetl.engine import ExecutionState
 from noetl.events import subjects as s
 from noetl.events import supervise
 from noetl.events.envelope import Event
-from noetl.events.nats_port import Connection, as_bus
 from noetl.events.port import (
     Bus,
     Entry,
@@ -55,7 +54,7 @@ class Server(PartitionReading, RequestIntake):
 
     def __init__(
         self,
-        bus: Connection,
+        bus: Bus,
         *,
         partitions: int | None = None,
         owned: list[int] | None = None,
@@ -67,10 +66,9 @@ class Server(PartitionReading, RequestIntake):
         """``partitions`` None takes the count recorded in JetStream (``DEFAULT_PARTITIONS`` on a new
         deployment). The partitions this server decides for come from the leases; ``owned`` fixes
         them instead, and ``leases=False`` takes them all (a private NATS with one server).
-        ``bus``: the bus port (``noetl.events.port``), chosen where the process is assembled. A
-        nats-py connection is still wrapped here (``as_bus``, with ``replicas``) for the fault and
-        cluster harnesses (tests/faults, tests/cluster), which build a server from one."""
-        self.bus: Bus = as_bus(bus, replicas=replicas)
+        ``bus``: the bus port (``noetl.events.port``), chosen where the process is assembled;
+        ``replicas`` should be the one that bus was made with, for the streams this server adds."""
+        self.bus: Bus = bus
         self._partitions_arg = partitions
         self.partitions = partitions or s.DEFAULT_PARTITIONS
         self._static = owned

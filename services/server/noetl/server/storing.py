@@ -17,8 +17,9 @@ from noetl.events import tracing
 from noetl.events.clock import utc_now
 from noetl.events.envelope import Event, dumps, make_event
 from noetl.events.ids import derive_id
-from noetl.events.port import RefusedError
+from noetl.events.port import BusRefusedError
 from noetl.events.retry import describe, retrying
+from noetl.events.writer import encode
 from noetl.server import timers
 from noetl.server.parts import (
     CHECKPOINT_EVERY,
@@ -50,8 +51,7 @@ class DecisionStoring(ServerParts):
         group.disarm.extend(decision.cancel_timers)
         ended_loops.extend((event["execution_id"], run_id) for run_id in decision.ended_loops)
         for ev in decision.events:
-            subject = s.event_subject(partition, ev["execution_id"], ev["name"])
-            group.events.append((subject, dumps(ev), ev["event_id"], ev["name"] in WAITED_FOR))
+            group.events.append((*encode(ev, partition), ev["name"] in WAITED_FOR))
         for cmd in decision.commands:
             group.commands.append((s.command_subject(cmd["pool"]), dumps(cmd), cmd["command_id"]))
 
@@ -83,7 +83,7 @@ class DecisionStoring(ServerParts):
         g = groups[event["execution_id"]]
         try:
             await self._until_stored(self._store(g.objects, g.events, g.commands, partition, None, g.timers))
-        except UnstorableError:
+        except DecisionUnstorableError:
             await self._store_each(groups, partition, None)
         if ended_loops:
             self._purge_snapshots(ended_loops)
@@ -107,7 +107,7 @@ class DecisionStoring(ServerParts):
                     self._store(g.objects, g.events, g.commands, partition, None, g.timers)
                 )
                 continue
-            except UnstorableError as e:
+            except DecisionUnstorableError as e:
                 cause = e.__cause__ or e
             err = DecisionUnstorableError(
                 f"the server's decision on {g.cause.get('name')} could not be stored in JetStream "
@@ -245,11 +245,11 @@ class DecisionStoring(ServerParts):
     async def _until_stored(self, attempt: Any) -> None:
         """Decisions are made once and have fixed ids: on a NATS outage (any failure but a
         refusal), publish them again (``retrying``). A refusal that no retry can change raises
-        ``UnstorableError``."""
+        ``DecisionUnstorableError``."""
         try:
-            await retrying(attempt, "storing decisions", also=(Exception,), never=(RefusedError,))
-        except RefusedError as e:
-            raise UnstorableError(str(e)) from e
+            await retrying(attempt, "storing decisions", also=(Exception,), never=(BusRefusedError,))
+        except BusRefusedError as e:
+            raise DecisionUnstorableError(str(e)) from e
 
 
 class Outputs:
@@ -264,7 +264,3 @@ class Outputs:
         self.objects: list[tuple[str, bytes]] = []
         self.events: list[tuple[str, bytes, str, bool]] = []
         self.commands: list[tuple[str, bytes, str]] = []
-
-
-class UnstorableError(Exception):
-    """JetStream refused a batch for a reason no retry changes."""

@@ -43,7 +43,7 @@ class WorkerCollector:
         w = self.http.worker
         if w is None:
             return
-        busy, slots = len(w._running), max(int(w.concurrency), 1)
+        busy, slots = w.busy, max(int(w.concurrency), 1)
         labels = ["pool"]
         for name, help_text, value in (
             ("noetl_worker_slots", "Commands this worker runs at once at most (--concurrency).", slots),

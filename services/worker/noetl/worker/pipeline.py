@@ -25,7 +25,7 @@ from noetl.dsl.errors import (
     ToolError,
 )
 from noetl.dsl.model import Playbook, Step, Task
-from noetl.dsl.policy import apply_patch, evaluate_task_policy
+from noetl.dsl.policy import Directive, apply_patch, evaluate_task_policy
 from noetl.dsl.specmerge import deep_merge, effective_step_spec, effective_task_spec, scoped
 from noetl.dsl.templates import TemplateEngine
 from noetl.events import tracing
@@ -199,38 +199,48 @@ class Pipeline:
             if d.set_ctx:
                 snap.ctx_patches.append(d.set_ctx)
                 ctx = apply_patch(ctx, d.set_ctx)
-            result = outcome.get("result")
-            if d.do == "retry":
-                if snap.attempt >= d.attempts:
-                    exhausted = RetriesExhaustedError(
-                        f"task {task.name} of step {self.step.name} failed {snap.attempt} times "
-                        f"(attempts: {d.attempts})",
-                        cause=_strip(outcome),
-                    )
-                    return self._fail(snap, exhausted.to_dict())
-                await self.sleep(d.delay_seconds)
-                snap.attempt += 1
-            elif d.do == "jump":
-                snap.pc, snap.attempt = self.step.task_index(d.to or ""), 1
-                snap.labels[task.name] = result
-            elif d.do == "break":
-                snap.prev = result
-                snap.labels[task.name] = result
-                snap.pc = len(tasks)
-            elif d.do == "fail":
-                failure = outcome.get("error") if outcome.get("status") == "error" else None
-                if not failure:
-                    failure = PolicyFailError(
-                        f"task {task.name} of step {self.step.name}: policy said fail"
-                    ).to_dict()
-                return self._fail(snap, failure)
-            else:  # continue
-                snap.prev = result
-                snap.labels[task.name] = result
-                snap.pc, snap.attempt = snap.pc + 1, 1
+            failed = await self._follow(d, task, outcome, snap)
+            if failed is not None:
+                return failed
             if self.checkpoint and snap.pc < len(tasks):
                 await self.checkpoint(snap)  # after the last task the terminal event says it all
         return RunResult(ok=True, result=snap.prev, ctx_patches=snap.ctx_patches, iter=snap.iter)
+
+    async def _follow(
+        self, d: Directive, task: Task, outcome: dict[str, Any], snap: Snapshot
+    ) -> RunResult | None:
+        """Move ``snap`` as the task policy's directive says; the run's result when it ends it
+        as failed (``retry`` out of attempts, ``fail``), else None."""
+        result = outcome.get("result")
+        if d.do == "retry":
+            if snap.attempt >= d.attempts:
+                exhausted = RetriesExhaustedError(
+                    f"task {task.name} of step {self.step.name} failed {snap.attempt} times "
+                    f"(attempts: {d.attempts})",
+                    cause=_strip(outcome),
+                )
+                return self._fail(snap, exhausted.to_dict())
+            await self.sleep(d.delay_seconds)
+            snap.attempt += 1
+        elif d.do == "jump":
+            snap.pc, snap.attempt = self.step.task_index(d.to or ""), 1
+            snap.labels[task.name] = result
+        elif d.do == "break":
+            snap.prev = result
+            snap.labels[task.name] = result
+            snap.pc = len(self.step.tool)
+        elif d.do == "fail":
+            failure = outcome.get("error") if outcome.get("status") == "error" else None
+            if not failure:
+                failure = PolicyFailError(
+                    f"task {task.name} of step {self.step.name}: policy said fail"
+                ).to_dict()
+            return self._fail(snap, failure)
+        else:  # continue
+            snap.prev = result
+            snap.labels[task.name] = result
+            snap.pc, snap.attempt = snap.pc + 1, 1
+        return None
 
     async def _cpu(self, fn: Callable[[], T]) -> T:
         """Template work: on the event loop while the execution's templates are quick; once one

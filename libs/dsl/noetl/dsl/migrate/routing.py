@@ -132,6 +132,18 @@ def _set_ctx(m: Migrator, value: Any, path: Path) -> dict[str, Any]:
     return out
 
 
+@dataclass
+class _Case:
+    """One step's `case` translation under way: what every rule and action reads or adds to."""
+
+    m: Migrator
+    kind: str | None  # the kind of the step's last task: the rules' result shape
+    loop: bool
+    iterator: str | None
+    r: Routing
+    work: CaseWork = field(default_factory=CaseWork)
+
+
 def translate_case(
     m: Migrator,
     step: dict[str, Any],
@@ -141,92 +153,99 @@ def translate_case(
     iterator: str | None,
     r: Routing,
 ) -> CaseWork:
-    work = CaseWork()
     case = step.pop("case")
     m.did((*path, "case"), "`case` became `next.arcs` (routing) and task `spec.policy.rules` (actions)")
     bodies = pipe.bodies()
-    kind = bodies[-1][1].get("kind") if bodies else None
+    c = _Case(m, bodies[-1][1].get("kind") if bodies else None, loop, iterator, r)
     for n, rule in enumerate(case if isinstance(case, list) else [case]):
         where = (*path, "case", n)
         if not isinstance(rule, dict):
             m.cannot(where, "a `case` entry that is not a mapping")
             continue
-        when = rule.get("when")
-        then = rule.get("then")
-        if isinstance(then, list):
-            merged: dict[str, Any] = {}
-            for part in then:
-                merged.update(part if isinstance(part, dict) else {})
-            then = merged
-        if not isinstance(then, dict):
-            m.cannot(
-                (*where, "then"), f"`then: {then!r}` is a placeholder, not actions: nothing to translate"
-            )
-            continue
-        events = set(_LEGACY_EVENT.findall(when)) if isinstance(when, str) else set()
-        task_when = (
-            rewrite(when, policy_renames(m, kind, iterator), policy_events) if isinstance(when, str) else None
-        )
-        arc_when = rewrite(when, arc_renames(m), arc_events(loop)) if isinstance(when, str) else None
-        task_then: dict[str, Any] = {}
-        for action, value in then.items():
-            at = (*where, "then", action)
-            if action == "next":
-                targets = value if isinstance(value, list) else [value]
-                arcs: list[tuple[dict[str, Any], Path | None]] = []
-                for k, target in enumerate(targets):
-                    arc = _arc(m, target, (*at, k) if isinstance(value, list) else at, loop)
-                    if arc is not None:
-                        arcs.append((arc, (*at, k) if isinstance(value, list) else at))
-                r.case_arcs.append((n, arc_when, arcs))
-                if loop and "call.done" in events:
-                    m.did(
-                        at,
-                        "routing on `call.done` of a loop step fires once, after the loop (loop.done): "
-                        "arcs are evaluated when a step run ends",
-                    )
-                if "step.enter" in events:
-                    m.cannot(at, "routing on `step.enter` (before the step runs) has no v10 form")
-            elif action == "retry":
-                retry = retry_then(m, value, at)
-                if retry is not None:
-                    task_then.update(retry)
-            elif action == "set":
-                values = rewrite_all(_set_ctx(m, value, at), policy_renames(m, kind, iterator))
-                if events == {"step.enter"}:
-                    work.init.update(values)
-                    work.init_origin = work.init_origin or where
-                else:
-                    task_then.setdefault("set_ctx", {}).update(values)
-            elif action == "sink":
-                work.sinks.append((value, task_when if events != {"step.exit"} else None, at))
-            elif action == "fail":
-                task_then["do"] = "fail"
+        _case_rule(c, n, rule, where)
+    return c.work
+
+
+def _case_rule(c: _Case, n: int, rule: dict[str, Any], where: Path) -> None:
+    """One `case` entry: its `next` becomes arcs, its other actions one task rule."""
+    m = c.m
+    when = rule.get("when")
+    then = rule.get("then")
+    if isinstance(then, list):
+        merged: dict[str, Any] = {}
+        for part in then:
+            merged.update(part if isinstance(part, dict) else {})
+        then = merged
+    if not isinstance(then, dict):
+        m.cannot((*where, "then"), f"`then: {then!r}` is a placeholder, not actions: nothing to translate")
+        return
+    events = set(_LEGACY_EVENT.findall(when)) if isinstance(when, str) else set()
+    task_when = (
+        rewrite(when, policy_renames(m, c.kind, c.iterator), policy_events) if isinstance(when, str) else None
+    )
+    arc_when = rewrite(when, arc_renames(m), arc_events(c.loop)) if isinstance(when, str) else None
+    task_then: dict[str, Any] = {}
+    for action, value in then.items():
+        at = (*where, "then", action)
+        if action == "next":
+            _case_next(c, n, value, at, arc_when, events)
+        elif action == "retry":
+            retry = retry_then(m, value, at)
+            if retry is not None:
+                task_then.update(retry)
+        elif action == "set":
+            values = rewrite_all(_set_ctx(m, value, at), policy_renames(m, c.kind, c.iterator))
+            if events == {"step.enter"}:
+                c.work.init.update(values)
+                c.work.init_origin = c.work.init_origin or where
             else:
-                m.cannot(
-                    at,
-                    f"the `{action}` action has no v10 form"
-                    + (
-                        ": accumulate with set_iter/set_ctx in task rules, or let a task return the "
-                        "collection"
-                        if action in ("collect", "result")
-                        else ": re-run a task with a `jump` rule and new values in set_iter"
-                        if action == "call"
-                        else ": admission (`spec.policy.admit`) decides whether a step runs"
-                        if action == "skip"
-                        else ""
-                    ),
-                )
-        if task_then:
-            task_then.setdefault("do", "continue")
-            if all(not isinstance(v, dict | list) for v in task_then.values()):
-                m.flow(task_then)
-            out: dict[str, Any] = {}
-            m.put(out, "when", task_when if task_when is not None else "{{ true }}", (*where, "when"))
-            m.put(out, "then", task_then, (*where, "then"))
-            m.o.set(work.rules, len(work.rules), where)
-            work.rules.append(out)
-    return work
+                task_then.setdefault("set_ctx", {}).update(values)
+        elif action == "sink":
+            c.work.sinks.append((value, task_when if events != {"step.exit"} else None, at))
+        elif action == "fail":
+            task_then["do"] = "fail"
+        else:
+            m.cannot(at, f"the `{action}` action has no v10 form" + _instead(action))
+    if task_then:
+        task_then.setdefault("do", "continue")
+        if all(not isinstance(v, dict | list) for v in task_then.values()):
+            m.flow(task_then)
+        out: dict[str, Any] = {}
+        m.put(out, "when", task_when if task_when is not None else "{{ true }}", (*where, "when"))
+        m.put(out, "then", task_then, (*where, "then"))
+        m.o.set(c.work.rules, len(c.work.rules), where)
+        c.work.rules.append(out)
+
+
+def _case_next(c: _Case, n: int, value: Any, at: Path, arc_when: str | None, events: set[str]) -> None:
+    """`then.next` of the ``n``-th rule: its arcs, taken when the rule's condition holds."""
+    m = c.m
+    targets = value if isinstance(value, list) else [value]
+    arcs: list[tuple[dict[str, Any], Path | None]] = []
+    for k, target in enumerate(targets):
+        arc = _arc(m, target, (*at, k) if isinstance(value, list) else at, c.loop)
+        if arc is not None:
+            arcs.append((arc, (*at, k) if isinstance(value, list) else at))
+    c.r.case_arcs.append((n, arc_when, arcs))
+    if c.loop and "call.done" in events:
+        m.did(
+            at,
+            "routing on `call.done` of a loop step fires once, after the loop (loop.done): "
+            "arcs are evaluated when a step run ends",
+        )
+    if "step.enter" in events:
+        m.cannot(at, "routing on `step.enter` (before the step runs) has no v10 form")
+
+
+def _instead(action: str) -> str:
+    """What to write instead of a `case` action that has no v10 form."""
+    if action in ("collect", "result"):
+        return ": accumulate with set_iter/set_ctx in task rules, or let a task return the collection"
+    if action == "call":
+        return ": re-run a task with a `jump` rule and new values in set_iter"
+    if action == "skip":
+        return ": admission (`spec.policy.admit`) decides whether a step runs"
+    return ""
 
 
 def router(m: Migrator, step: dict[str, Any], path: Path, r: Routing) -> None:

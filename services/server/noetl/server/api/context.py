@@ -17,7 +17,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from noetl.dsl.errors import NoetlError, RequestInvalidError, reply_error
+from noetl.dsl.errors import BodyTooLargeError, NoetlError, RequestInvalidError, reply_error
 from noetl.server.api.metrics import Metrics
 from noetl.store.principals import ANONYMOUS, Principal, Principals
 
@@ -80,10 +80,6 @@ def forbidden(principal: Principal, action: str, namespace: str | None, what: st
 
 
 MAX_BODY = 2 * 1024 * 1024  # above NATS's 1 MiB message limit: what passes is refused downstream
-
-
-class BodyTooLargeError(ValueError):
-    pass
 
 
 async def read_body(request: Request, limit: int = MAX_BODY) -> bytes:

@@ -12,7 +12,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -21,6 +21,7 @@ from starlette.routing import Route
 from noetl.client.run import cancel as request_cancel
 from noetl.dsl.errors import NoSuchEntityError, RequestInvalidError
 from noetl.server.api.context import (
+    ApiContext,
     body_error,
     ctx_of,
     error,
@@ -43,6 +44,10 @@ from noetl.server.api.queries import (
     request_status_code,
 )
 from noetl.store.audit import record_action
+from noetl.store.principals import Principal
+
+if TYPE_CHECKING:  # the handlers import the rerun module as they run; only its type is needed here
+    from noetl.server.rerun import Rerun
 
 KEEPALIVE_SECONDS = 15.0
 
@@ -248,7 +253,7 @@ async def rerun_execution(request: Request) -> Response:
       404: {description: no such execution (or one of a namespace the caller may not read)}
       409: {description: "rerun_refused: {error} saying why and what to do"}
     """
-    from noetl.server.rerun import prepare_rerun, rerun_options, start_rerun
+    from noetl.server.rerun import prepare_rerun, rerun_options
 
     eid, bad = _id_or_error(request)
     # a rerun acts on the original (its ctx, its results): the caller must be one that may act on
@@ -267,10 +272,17 @@ async def rerun_execution(request: Request) -> Response:
     got = await prepare_rerun(ctx.bus, ctx.catalog, eid, **options)
     if isinstance(got, dict):
         return JSONResponse(got, status_code=404 if got["error"]["kind"] == "not_found" else 409)
-    out = got.to_dict()
     if body.get("dry_run"):
-        return JSONResponse(out)
-    principal = principal_of(request)
+        return JSONResponse(got.to_dict())
+    return await _start_rerun(ctx, got, eid, principal_of(request))
+
+
+async def _start_rerun(ctx: ApiContext, got: Rerun, eid: str, principal: Principal) -> Response:
+    """Start a prepared rerun as the caller, and audit it either way: a rerun acts on another
+    execution's ctx and results, so who did it is kept even when the request is refused."""
+    from noetl.server.rerun import start_rerun
+
+    out = got.to_dict()
     reply = await start_rerun(ctx.requests, got, principal)
     err = reply.get("error")
     await record_action(

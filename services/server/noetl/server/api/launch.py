@@ -12,7 +12,7 @@ import contextlib
 import logging
 from typing import Any
 
-from noetl.events.nats_port import as_bus
+from noetl.events.port import Bus
 from noetl.events.runtime import DEFAULT_INTERVAL, DEFAULT_TTL, RuntimeRegistrar
 from noetl.server.api.micro import NatsApiService
 from noetl.server.api.server import ApiServer, api_tokens
@@ -48,14 +48,24 @@ def _worker_info(svc: Any) -> dict[str, Any]:
     return {
         "pool": svc.pool,
         "concurrency": svc.concurrency,
-        "running": len(svc._running),
+        "running": svc.busy,
         "completed": svc.completed,
         "task_durations": {status: h.to_dict() for status, h in svc.task_durations.items()},
     }
 
 
+async def _start_nats_service(bus: Bus, nc: Any, svc: Any, ops: Operations, auth_file: str | None) -> None:
+    """The NATS service (``noetl.api.*``) beside the HTTP API, with the same principals, so a
+    caller without HTTP access is checked the same way; its actions are audited, HTTP or not."""
+    await ensure_audit_stream(bus)
+    principals = ops.api.ctx.principals if ops.api is not None else Principals.load(*api_tokens(), auth_file)
+    micro = NatsApiService(nc, svc.requests, principals)
+    await micro.start()
+    ops.parts.append(micro)
+
+
 async def start_operations(
-    conn: Any,
+    bus: Bus,
     role: str,
     svc: Any,
     *,
@@ -68,10 +78,8 @@ async def start_operations(
     listener: Any = None,
 ) -> Operations:
     """Start the parts for ``role`` around an already started ``svc``; ``http_port < 0`` turns HTTP off.
-    ``conn``: the bus port, or a nats-py connection or JetStream context (``as_bus``);
     ``listener``: the ``HttpListener`` that has served the probes since start-up (the API takes
     its port over)."""
-    bus = as_bus(conn)
     nc = getattr(bus, "nc", None)  # the in-memory twin has none: no NATS service then
     ops = Operations()
     try:
@@ -93,13 +101,7 @@ async def start_operations(
                 ops.parts.append(ops.api)
                 svc.observer = ops.api.collector.observe
             if nc is not None:
-                await ensure_audit_stream(bus)  # the service's actions are audited, HTTP or not
-                principals = ops.api.ctx.principals if ops.api is not None else Principals.load(
-                    *api_tokens(), auth_file
-                )
-                micro = NatsApiService(nc, svc.requests, principals)
-                await micro.start()
-                ops.parts.append(micro)
+                await _start_nats_service(bus, nc, svc, ops, auth_file)
 
             def info() -> dict[str, Any]:
                 return _server_info(svc, ops)

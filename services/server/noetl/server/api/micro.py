@@ -36,6 +36,7 @@ from noetl.dsl.errors import (
 from noetl.events.nats_port import NatsBus
 from noetl.events.port import Bus
 from noetl.events.runtime import package_version
+from noetl.server.api.micro_reads import endpoints as read_endpoints
 from noetl.server.api.queries import (
     execution_namespace,
     execution_status,
@@ -154,6 +155,7 @@ class NatsApiService:
             ),
             ("catalog_register", CATALOG_REGISTER_SUBJECT, self._catalog_register),
             ("catalog_list", CATALOG_LIST_SUBJECT, self._catalog_list),
+            *read_endpoints(self, _reply),
         ):
             await self.service.add_endpoint(name=name, subject=subject, handler=self._authed(handler))
 

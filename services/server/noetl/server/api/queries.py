@@ -3,8 +3,8 @@
 The server keeps nothing an answer could come from that the stream cannot give back (a replica
 that never saw an execution must answer the same), so every answer here is a read of
 ``NOETL_EVENTS``; cancellation is a publish to the durable requests stream, so it survives a
-server restart between the request and its handling. ``conn`` is the bus port, or a nats-py
-connection or JetStream context (``noetl.events.nats_port.as_bus``): the CLI still holds those.
+server restart between the request and its handling. Every read goes through the bus port, so
+the answers are the same over NATS and over the in-memory twin.
 """
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from noetl.client.activity import loop_counters, task_outputs
+from noetl.client.activity import read_activity, task_outputs
+from noetl.client.projection import waits_of
 from noetl.client.stalls import assess
-from noetl.client.view import execution_output, waiting_for
+from noetl.client.view import output_of, waiting_for
 from noetl.dsl.cache import parse_playbook
 from noetl.dsl.errors import RequestInvalidError, brief, reply_error
 from noetl.events import subjects as s
 from noetl.events.bus import read_execution_events
 from noetl.events.envelope import loads
-from noetl.events.nats_port import Connection, as_bus
+from noetl.events.port import Bus
 from noetl.events.runtime import list_runtime
 from noetl.store.principals import Principal, namespace_of
 
@@ -33,6 +34,8 @@ FINISHED_FILTER = s.events_named("workflow.finished")
 # the events after which a running execution may wait for something outside it (SEMANTICS §17)
 OUTSIDE_FILTERS = [s.events_named("step.waiting"), s.events_named("execution.paused")]
 MAX_LIMIT = 1000
+# what ``execution_status`` adds of the projection's view to the SEMANTICS §15 output
+_VIEW_FIELDS = ("path", "version", "requested_at", "finished_at", "parent_execution_id", "schedule", "events")
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
@@ -41,7 +44,7 @@ def valid_execution_id(execution_id: str) -> bool:
     return bool(_ID.match(execution_id))
 
 
-async def _read(bus: Any, filters: list[str]) -> list[tuple[int, Any]]:
+async def _read(bus: Bus, filters: list[str]) -> list[tuple[int, Any]]:
     """(seq, decoded event) of every event matching ``filters``, in stream order."""
     return [(m.seq, loads(m.data)) for m in await bus.read(s.EVENTS_STREAM, filters)]
 
@@ -64,9 +67,7 @@ def _summary_of(requested: Mapping[str, Any] | None, finished: Mapping[str, Any]
         "namespace": namespace_of_request(req),
         "principal": (req.get("principal") or {}).get("name"),  # who asked for it, when known
         # the execution a rerun forked (issue 31)
-        "rerun_of": (req.get("fork") or {}).get("from_execution_id")
-        if isinstance(req.get("fork"), dict)
-        else None,
+        "rerun_of": fork.get("from_execution_id") if isinstance(fork := req.get("fork"), dict) else None,
         "error": brief(error),
     }
 
@@ -80,10 +81,9 @@ def namespace_of_request(req: dict[str, Any]) -> str:
     return namespace_of(req.get("path"))
 
 
-async def execution_namespace(conn: Connection, execution_id: str) -> str | None:
+async def execution_namespace(bus: Bus, execution_id: str) -> str | None:
     """The namespace of an execution (None when the log has no event of it): what a principal's
     right to read or act on it is checked against."""
-    bus = as_bus(conn)
     requested = s.execution_event_filter(execution_id, "playbook.execution.requested")
     msg = await bus.last(s.EVENTS_STREAM, requested)
     if msg is not None:
@@ -96,7 +96,7 @@ async def execution_namespace(conn: Connection, execution_id: str) -> str | None
     return "" if finished is not None else None
 
 
-async def _waits(bus: Any, items: list[dict[str, Any]]) -> None:
+async def _waits(bus: Bus, items: list[dict[str, Any]]) -> None:
     """Fill in what each running execution of a listed page waits for (a signal, a resume).
 
     Only executions that ever waited or paused are read in full (one filtered read finds them), so
@@ -120,7 +120,7 @@ async def _waits(bus: Any, items: list[dict[str, Any]]) -> None:
 SHORT_ID_MIN = 4
 
 
-async def resolve_execution_id(conn: Connection, given: str) -> str | dict[str, Any]:
+async def resolve_execution_id(bus: Bus, given: str) -> str | dict[str, Any]:
     """A full execution id from the start of one, as the console shows them (``9f3a1b2c3d4e…``):
     the id itself when it is whole or matches nothing (the caller says there is no such
     execution), the one id it starts, or ``{"error": ...}`` naming the candidates when several
@@ -129,7 +129,7 @@ async def resolve_execution_id(conn: Connection, given: str) -> str | dict[str, 
     if len(prefix) >= 32 or len(prefix) < SHORT_ID_MIN or not valid_execution_id(prefix):
         return given
     seen: dict[str, None] = {}
-    for _, ev in await _read(as_bus(conn), [REQUESTED_FILTER, FINISHED_FILTER]):
+    for _, ev in await _read(bus, [REQUESTED_FILTER, FINISHED_FILTER]):
         eid = ev.get("execution_id")
         if isinstance(eid, str) and eid.startswith(prefix):
             seen[eid] = None
@@ -152,7 +152,7 @@ def _path_matches(item_path: Any, wanted: str) -> bool:
 
 
 async def list_executions(
-    conn: Any,
+    bus: Bus,
     *,
     status: str | None = None,
     path: str | None = None,
@@ -166,7 +166,6 @@ async def list_executions(
     ``playbook.execution.requested``: it is listed too, as failed with no path, because a client
     that sent it still wants to find out why it never ran.
     """
-    bus = as_bus(conn)
     limit = max(1, min(int(limit), MAX_LIMIT))
     requested = await _read(bus, [REQUESTED_FILTER])
     finished = await _read(bus, [FINISHED_FILTER])
@@ -204,45 +203,39 @@ async def list_executions(
     return {"executions": items, "next_cursor": next_cursor}
 
 
-async def execution_status(conn: Connection, execution_id: str) -> dict[str, Any] | None:
+async def execution_status(bus: Bus, execution_id: str) -> dict[str, Any] | None:
     """Status, ctx, step runs and result, or None when the log has no event of this execution."""
-    events = await read_execution_events(conn, execution_id)
+    events = await read_execution_events(bus, execution_id)
     if not events:
         return None
-    out = execution_output(execution_id, events)
-    del out["events"]
-    requested = next((e for e in events if e.get("name") == "playbook.execution.requested"), None)
-    finished = next((e for e in events if e.get("name") == "workflow.finished"), None)
-    summary = _summary_of(requested, finished)
-    for key in ("path", "version", "requested_at", "finished_at", "parent_execution_id", "schedule"):
-        out[key] = summary[key]
-    out["events"] = len(events)
-    waits = waiting_for(events)  # SEMANTICS §17: the signals it waits for, and a pause
-    out["waiting"], out["paused"] = waits["signals"], waits["paused"]
-    out["loops"] = loop_counters(events)  # per loop step: total, done, failed, in flight of each run
-    out["stalled"] = await stall_of(conn, events, waiting=bool(out["waiting"]), paused=out["paused"])
+    activity = read_activity(execution_id, events)  # one fold: every part below renders it
+    view, waits = activity.projection.view, waits_of(activity.projection)
+    out = output_of(view)
+    out.update({key: getattr(view, key) for key in _VIEW_FIELDS})
+    out["waiting"], out["paused"] = waits["signals"], waits["paused"]  # SEMANTICS §17
+    out["loops"] = activity.loops()  # per loop step: total, done, failed, in flight of each run
+    out["stalled"] = await stall_of(bus, events, waiting=bool(out["waiting"]), paused=out["paused"])
     return out
 
 
 async def stall_of(
-    conn: Any, events: Sequence[Mapping[str, Any]], *, waiting: bool, paused: bool
+    bus: Bus, events: Sequence[Mapping[str, Any]], *, waiting: bool, paused: bool
 ) -> dict[str, Any] | None:
     """Whether an execution whose events are all read is stalled, and why (None when it is not)."""
     if not events or any(e.get("name") == "workflow.finished" for e in events):
         return None
     requested = next((e for e in events if e.get("name") == "playbook.execution.requested"), None)
-    pools, workers = await _live(as_bus(conn))
+    pools, workers = await _live(bus)
     return _assess(events[-1], requested, {"waiting": waiting, "paused": paused}, pools, workers)
 
 
 async def execution_logs(
-    conn: Any, execution_id: str, step: str | None = None
+    bus: Bus, execution_id: str, step: str | None = None
 ) -> list[dict[str, Any]] | None:
     """What each task run printed or logged (masked, capped), in log order, with output that
     travelled by reference read back; None when the log has no event of this execution."""
     from noetl.events.objects import is_reference, resolve
 
-    bus = as_bus(conn)
     events = await read_execution_events(bus, execution_id)
     if not events:
         return None
@@ -264,7 +257,7 @@ def stall_after() -> float:
     return float(setting("stall_after_s"))
 
 
-async def _live(bus: Any) -> tuple[set[str] | None, set[str] | None]:
+async def _live(bus: Bus) -> tuple[set[str] | None, set[str] | None]:
     """Live worker pools and worker ids from the runtime registry; None when it cannot be read."""
     try:
         entries = await list_runtime(bus, "worker")
@@ -311,7 +304,7 @@ def _assess(
 
 
 async def _stalls(
-    bus: Any, items: list[dict[str, Any]], requested: Mapping[str, Mapping[str, Any]] | None = None
+    bus: Bus, items: list[dict[str, Any]], requested: Mapping[str, Mapping[str, Any]] | None = None
 ) -> None:
     """Fill in ``stalled`` for the running executions of a page: one read of each one's last event,
     and of its request event only when it looks stalled and the caller has not read that already
@@ -345,10 +338,9 @@ async def _stalls(
 MAX_STALL_SCAN = 500  # running executions a metrics scrape looks at
 
 
-async def stall_counts(conn: Connection, running: list[str]) -> dict[str, int]:
+async def stall_counts(bus: Bus, running: list[str]) -> dict[str, int]:
     """How many of the ``running`` executions are stalled or queued for a pool without workers
     (``/metrics``); at most ``MAX_STALL_SCAN`` are looked at per scrape."""
-    bus = as_bus(conn)
     items: list[dict[str, Any]] = [
         {"execution_id": eid, "status": "running"} for eid in running[:MAX_STALL_SCAN]
     ]
@@ -372,12 +364,11 @@ def request_status_code(reply: dict[str, Any]) -> int:
 
 
 async def signal_refusal(
-    conn: Any, catalog: Any, execution_id: str, signal: str, principal: Principal
+    bus: Bus, catalog: Any, execution_id: str, signal: str, principal: Principal
 ) -> str | None:
     """Why ``principal`` may not send ``signal`` to the execution, or None: a step that awaits it
     may name who answers (``lifecycle.await.by: {roles, namespaces}``), and a signal anyone in the
     namespace could send would make an approval no approval."""
-    bus = as_bus(conn)
     requested = s.execution_event_filter(execution_id, "playbook.execution.requested")
     msg = await bus.last(s.EVENTS_STREAM, requested)
     if msg is None:

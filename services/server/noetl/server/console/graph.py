@@ -134,19 +134,20 @@ def _separate_labels(edges: list[Edge]) -> None:
         placed.append((e.lx - half, e.ly - LABEL_H, e.lx + half, e.ly))
 
 
-def layout(playbook: Playbook) -> Graph:
-    steps = {s.name: s for s in playbook.workflow}
-    depth = _layers(playbook)
+def _rows(playbook: Playbook, depth: dict[str, int]) -> dict[int, list[str]]:
+    """The steps of each layer, ordered by one barycentre pass: a step sits under the steps that
+    lead to it, so arcs cross as little as one pass can make them."""
+    order = [s.name for s in playbook.workflow]
     rows: dict[int, list[str]] = {}
-    for name in sorted(depth, key=lambda n: (depth[n], list(steps).index(n))):
+    for name in sorted(depth, key=lambda n: (depth[n], order.index(n))):
         rows.setdefault(depth[name], []).append(name)
-    preds: dict[str, list[str]] = {n: [] for n in steps}
+    preds: dict[str, list[str]] = {n: [] for n in order}
     for s in playbook.workflow:
         for a in s.next.arcs if s.next else ():
-            if a.step in steps and depth[s.name] < depth[a.step]:
+            if a.step in preds and depth[s.name] < depth[a.step]:
                 preds[a.step].append(s.name)
     pos: dict[str, float] = {}
-    for d in sorted(rows):  # one barycentre pass: a step sits under the steps that lead to it
+    for d in sorted(rows):
         row = rows[d]
         keyed = [
             (sum(pos[p] for p in preds[n]) / len(preds[n]) if preds[n] else float(i), i, n)
@@ -155,8 +156,11 @@ def layout(playbook: Playbook) -> Graph:
         rows[d] = [n for _, _, n in sorted(keyed)]
         for i, n in enumerate(rows[d]):
             pos[n] = float(i)
-    widest = max((len(r) for r in rows.values()), default=1)
-    g = Graph()
+    return rows
+
+
+def _place(g: Graph, rows: dict[int, list[str]], steps: dict[str, Step], widest: int) -> dict[str, Node]:
+    """A node per step, each row centred under the widest."""
     nodes: dict[str, Node] = {}
     for d, row in sorted(rows.items()):
         x0 = MARGIN + (widest - len(row)) * (NODE_W + GAP_X) / 2
@@ -167,6 +171,39 @@ def layout(playbook: Playbook) -> Graph:
             node = Node(name, x0 + i * (NODE_W + GAP_X), TOP + d * (NODE_H + GAP_Y), shape, what, title)
             nodes[name] = node
             g.nodes.append(node)
+    return nodes
+
+
+def _forward_edge(step: str, k: int, arc_step: str, src: Node, dst: Node, full: str, spread: float) -> Edge:
+    """An arc down the layers: a curve from the bottom of ``src`` to the top of ``dst``, fanned out
+    by ``spread`` so a step's arcs leave it apart."""
+    x1, y1 = src.cx + spread, src.y + src.h
+    x2, y2 = dst.cx, dst.y
+    dy = max(24.0, (y2 - y1) / 2)
+    svg = f"M{x1:.1f},{y1:.1f} C{x1:.1f},{y1 + dy:.1f} {x2:.1f},{y2 - dy:.1f} {x2:.1f},{y2 - 2:.1f}"
+    return Edge(step, k, arc_step, svg, _short(full, MAX_LABEL), full, (x1 + x2) / 2, (y1 + y2) / 2)
+
+
+def _back_edge(
+    step: str, k: int, arc_step: str, src: Node, dst: Node, full: str, b: float
+) -> tuple[Edge, float]:
+    """An arc up the layers (a loop back) or to its own step: drawn out to the right by ``b``, so
+    back arcs do not run over the nodes; with the rightmost x it reaches."""
+    x1, y1 = src.x + src.w, src.y + src.h * (0.35 if src is not dst else 0.3)
+    x2, y2 = dst.x + dst.w + 2, dst.y + dst.h * (0.65 if src is not dst else 0.7)
+    xm = max(x1, x2) + b
+    svg = f"M{x1:.1f},{y1:.1f} C{xm:.1f},{y1:.1f} {xm:.1f},{y2:.1f} {x2:.1f},{y2:.1f}"
+    label = _short(full, MAX_LABEL)
+    return Edge(step, k, arc_step, svg, label, full, max(x1, x2) + b * 0.75, (y1 + y2) / 2, back=True), xm
+
+
+def layout(playbook: Playbook) -> Graph:
+    steps = {s.name: s for s in playbook.workflow}
+    depth = _layers(playbook)
+    rows = _rows(playbook, depth)
+    widest = max((len(r) for r in rows.values()), default=1)
+    g = Graph()
+    nodes = _place(g, rows, steps, widest)
     right = MARGIN + widest * (NODE_W + GAP_X) - GAP_X
     bulge = 0.0
     for s in playbook.workflow:
@@ -180,38 +217,14 @@ def layout(playbook: Playbook) -> Graph:
             if arc.args:
                 parts.append("args: " + ", ".join(arc.args))
             full = " · ".join(parts)
-            inclusive = bool(s.next and s.next.mode == "inclusive")
             if k in forward:
                 spread = (forward.index(k) - (len(forward) - 1) / 2) * 14.0
-                x1, y1 = src.cx + spread, src.y + src.h
-                x2, y2 = dst.cx, dst.y
-                dy = max(24.0, (y2 - y1) / 2)
-                svg = (
-                    f"M{x1:.1f},{y1:.1f} C{x1:.1f},{y1 + dy:.1f} {x2:.1f},{y2 - dy:.1f} {x2:.1f},{y2 - 2:.1f}"
-                )
-                edge = Edge(
-                    s.name, k, arc.step, svg, _short(full, MAX_LABEL), full, (x1 + x2) / 2, (y1 + y2) / 2
-                )
+                edge = _forward_edge(s.name, k, arc.step, src, dst, full, spread)
             else:
                 bulge += 22.0
-                b = 36.0 + bulge
-                x1, y1 = src.x + src.w, src.y + src.h * (0.35 if src is not dst else 0.3)
-                x2, y2 = dst.x + dst.w + 2, dst.y + dst.h * (0.65 if src is not dst else 0.7)
-                xm = max(x1, x2) + b
-                svg = f"M{x1:.1f},{y1:.1f} C{xm:.1f},{y1:.1f} {xm:.1f},{y2:.1f} {x2:.1f},{y2:.1f}"
-                edge = Edge(
-                    s.name,
-                    k,
-                    arc.step,
-                    svg,
-                    _short(full, MAX_LABEL),
-                    full,
-                    max(x1, x2) + b * 0.75,
-                    (y1 + y2) / 2,
-                    back=True,
-                )
+                edge, xm = _back_edge(s.name, k, arc.step, src, dst, full, 36.0 + bulge)
                 right = max(right, xm + 6.0 * len(edge.label) / 2 + 8)
-            edge.inclusive = inclusive
+            edge.inclusive = bool(s.next and s.next.mode == "inclusive")
             g.edges.append(edge)
     _separate_labels(g.edges)
     for e in g.edges:  # labels centred on their point; room for the widest on the right

@@ -17,7 +17,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from noetl.client.iterations import STATUSES as ITERATION_STATUSES
-from noetl.client.iterations import iteration_page, loop_runs
+from noetl.client.iterations import iteration_page, loop_runs_of
 from noetl.events.bus import read_execution_events
 from noetl.server.api.context import ctx_of, guard_execution, principal_of
 from noetl.server.api.queries import list_executions, valid_execution_id
@@ -145,8 +145,8 @@ async def iterations_page(request: Request) -> Response:
         return page(request, "missing.html", 400, what=f"execution {eid}")
     if await guard_execution(request, eid, "read") is not None:
         return page(request, "missing.html", 404, what=f"execution {eid}")
-    events = await read_execution_events(ctx_of(request).bus, eid)
-    run = loop_runs(events).get(rid)
+    view = fold(eid, await read_execution_events(ctx_of(request).bus, eid))  # the table and the page
+    run = loop_runs_of(view).get(rid)
     if run is None:
         return page(request, "missing.html", 404, what=f"loop run {rid} of execution {eid}")
     q = request.query_params
@@ -161,7 +161,6 @@ async def iterations_page(request: Request) -> Response:
         "?" + urlencode({**base, "offset": out["next_offset"]}) if out["next_offset"] is not None else None
     )
     newer = "?" + urlencode({**base, "offset": max(offset - ITERATIONS_PER_PAGE, 0)}) if offset > 0 else None
-    view = fold(eid, events)
     return page(
         request,
         "iterations.html",

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from noetl.dsl.errors import HttpError, KeychainUnresolvedError, TimeoutError_, ToolError
+from noetl.dsl.errors import HttpError, KeychainUnresolvedError, NoetlError, TimeoutError_, ToolError
 from noetl.worker.tools.base import ToolContext, error, ok, register, timeout_seconds
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -116,7 +116,7 @@ def safe_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-class _BadRequest(Exception):
+class _BadRequestError(NoetlError):
     def __init__(self, err: ToolError | KeychainUnresolvedError) -> None:
         super().__init__(err.message)
         self.err = err
@@ -131,12 +131,12 @@ def _authorization(auth: Any, ctx: ToolContext) -> str | None:
         label = f"keychain entry '{auth}'"
         data = ctx.keychain.get(auth)
         if data is None:
-            raise _BadRequest(KeychainUnresolvedError(f"{label} is not resolved for http auth",
+            raise _BadRequestError(KeychainUnresolvedError(f"{label} is not resolved for http auth",
                                                        entry=auth))
     else:
         data = auth
     if not isinstance(data, Mapping):
-        raise _BadRequest(ToolError(f"{label}: http auth must be a mapping"))
+        raise _BadRequestError(ToolError(f"{label}: http auth must be a mapping"))
     kind = str(data.get("type", "")).lower()
     if data.get("token") is not None and kind in ("", "bearer"):
         return f"Bearer {data['token']}"
@@ -145,7 +145,7 @@ def _authorization(auth: Any, ctx: ToolContext) -> str | None:
         return "Basic " + base64.b64encode(raw).decode("ascii")
     if data.get("value") is not None and kind in ("", "bearer"):
         return f"Bearer {data['value']}"
-    raise _BadRequest(ToolError(
+    raise _BadRequestError(ToolError(
         f"{label}: no usable http credentials; expected `token` (bearer), `username`/`password` "
         f"(basic) or `value` (bearer), found fields {sorted(str(k) for k in data)}"))
 
@@ -154,7 +154,7 @@ def _headers(raw: Any) -> dict[str, str]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        raise _BadRequest(ToolError("http `headers` must be a mapping"))
+        raise _BadRequestError(ToolError("http `headers` must be a mapping"))
     return {str(k): (v if isinstance(v, str) else json.dumps(v) if isinstance(v, (dict, list)) else str(v))
             for k, v in raw.items() if v is not None}
 
@@ -192,7 +192,7 @@ class HttpTool:
         try:
             headers = _headers(config.get("headers"))
             authorization = _authorization(config.get("auth"), ctx)
-        except _BadRequest as exc:
+        except _BadRequestError as exc:
             return error(exc.err, http=NO_RESPONSE)
         if authorization is not None:
             headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}

@@ -2,7 +2,10 @@
 
 A worker keeps one connection pool per database (keyed by the resolved connection settings),
 so tasks reuse connections; ``aclose()`` closes them all at shutdown. Pools belong to the event
-loop that made them, like the HTTP client.
+loop that made them, like the HTTP client. A pool opens connections as tasks need them, up to
+16, a worker's default concurrency: with 10, a worker running 16 postgres tasks at once kept six
+of them waiting for a connection. Each pooled connection keeps the statements it prepared
+(asyncpg's statement cache), so a loop prepares its SQL once per connection, not once per row.
 
 How a task's SQL runs:
 
@@ -35,7 +38,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from noetl.dsl.errors import KeychainUnresolvedError, PostgresError, TimeoutError_, ToolError
+from noetl.dsl.errors import KeychainUnresolvedError, NoetlError, PostgresError, TimeoutError_, ToolError
 from noetl.worker.tools.base import ToolContext, error, ok, register, timeout_seconds
 from noetl.worker.tools.sqlsplit import split_statements
 from noetl.worker.tools.values import json_safe
@@ -82,7 +85,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
 class PostgresServices:
     """The worker's pools, one per database, created on first use."""
 
-    def __init__(self, max_size: int = 10) -> None:
+    def __init__(self, max_size: int = 16) -> None:
         self.max_size = max_size
         self._pools: dict[tuple[Any, ...], asyncio.Future[asyncpg.Pool]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -133,7 +136,7 @@ def _services(ctx: ToolContext) -> PostgresServices:
     return found if isinstance(found, PostgresServices) else _default
 
 
-class _Refused(Exception):
+class _RefusedError(NoetlError):
     def __init__(self, outcome: dict[str, Any]) -> None:
         super().__init__(outcome["error"]["message"])
         self.outcome = outcome
@@ -143,17 +146,17 @@ def _settings(auth: Any, ctx: ToolContext) -> ConnectionSettings:
     if isinstance(auth, str) and auth:
         data = ctx.keychain.get(auth)
         if data is None:
-            raise _Refused(error(KeychainUnresolvedError(
+            raise _RefusedError(error(KeychainUnresolvedError(
                 f"keychain entry '{auth}' is not resolved for postgres auth", entry=auth), pg=NO_PG))
         where = f"keychain entry '{auth}'"
     elif isinstance(auth, Mapping):
         data, where = auth, "inline auth"
     else:
-        raise _Refused(error(ToolError(
+        raise _RefusedError(error(ToolError(
             "postgres task needs `auth`: a keychain entry name or a mapping with `dsn` or "
             "`host`, `port`, `user`, `password`, `database`"), pg=NO_PG))
     if not isinstance(data, Mapping) or not (data.get("dsn") or data.get("host") or data.get("db_host")):
-        raise _Refused(error(ToolError(f"{where}: postgres credentials need `dsn` or `host`"), pg=NO_PG))
+        raise _RefusedError(error(ToolError(f"{where}: postgres credentials need `dsn` or `host`"), pg=NO_PG))
     return ConnectionSettings(data)
 
 
@@ -229,7 +232,7 @@ def _coerce(value: Any, type_name: str, kind: str) -> Any:
 def coerce_params(params: list[Any], types: tuple[Any, ...]) -> list[Any]:
     """``params`` converted to the statement's parameter types (see the module docstring)."""
     if len(params) != len(types):
-        raise _Refused(error(PostgresError(
+        raise _RefusedError(error(PostgresError(
             f"the statement has {len(types)} parameter(s) ($1..${len(types)}) but {len(params)} "
             "were given", retryable=False), pg=NO_PG))
     out = []
@@ -237,7 +240,7 @@ def coerce_params(params: list[Any], types: tuple[Any, ...]) -> list[Any]:
         try:
             out.append(_coerce(value, t.name, t.kind))
         except (ValueError, TypeError, InvalidOperation, OverflowError):
-            raise _Refused(error(PostgresError(
+            raise _RefusedError(error(PostgresError(
                 f"parameter ${i}: cannot convert a {type(value).__name__} value to {t.name}",
                 retryable=False), pg=NO_PG)) from None
     return out
@@ -250,21 +253,64 @@ def _rowcount(status: str | None, rows: int) -> int:
     return int(last) if last.isdigit() else rows
 
 
+async def _prepare(conn: Any, sql: str) -> Any:
+    """``sql`` prepared through the connection's statement cache.
+
+    A task needs the statement's parameter types before it runs (to coerce rendered strings),
+    so it prepares explicitly; but the public ``prepare()`` bypasses asyncpg's statement cache,
+    and a loop of INSERTs paid a Parse/Describe round trip (and a Close later) for every row on
+    top of the Bind/Execute. ``_prepare(use_cache=True)`` is the path asyncpg's own ``fetch``
+    and ``execute`` take: the cache is the connection's (kept across pool releases, sized by
+    ``statement_cache_size``, 0 turns it off), so a statement is prepared once per pooled
+    connection. It is private, hence the fallback to ``prepare()`` should it ever go."""
+    cached = getattr(conn, "_prepare", None)
+    if cached is not None:
+        try:
+            return await cached(sql, use_cache=True)
+        except TypeError:  # another signature: the public path
+            pass
+    return await conn.prepare(sql)
+
+
+# what a statement prepared before a schema change can get: its plan's result type changed
+# (0A000, asyncpg's InvalidCachedStatementError), or its parameter types no longer fit (a column
+# went from integer to text: "operator does not exist: text = integer", 42883; 42804; 42P08)
+_STALE_PLAN_SQLSTATES = frozenset({"0A000", "42883", "42804", "42P08"})
+
+
+async def _fetch(conn: Any, sql: str, params: list[Any] | None) -> tuple[Any, list[Any]]:
+    """The statement and its records. When a cached statement fails in a way a schema change
+    explains, the connection's caches are dropped and, outside a transaction, the statement is
+    prepared afresh and run once more (asyncpg's own ``fetch`` does the same for the first
+    kind): the failed run was a single statement that did not commit, so nothing is applied
+    twice, and a task does not fail for a plan that a fresh ``prepare`` (what every task did
+    before the cache) would not have."""
+    for attempt in (1, 2):
+        stmt = await _prepare(conn, sql)
+        args = [] if params is None else coerce_params(params, stmt.get_parameters())
+        try:
+            return stmt, await stmt.fetch(*args)
+        except asyncpg.PostgresError as exc:
+            if exc.sqlstate not in _STALE_PLAN_SQLSTATES or attempt == 2:
+                raise
+            await conn.reload_schema_state()
+            if conn.is_in_transaction():
+                raise
+    raise AssertionError("unreachable")  # the second attempt returns or raises
+
+
 async def _run_sql(conn: asyncpg.Connection, sql: str, params: list[Any] | None) -> dict[str, Any]:
     if params is None:
         try:
-            stmt = await conn.prepare(sql)
+            stmt, records = await _fetch(conn, sql, None)
         except asyncpg.PostgresSyntaxError as exc:
             statements = split_statements(sql)
             if exc.sqlstate != "42601" or len(statements) < 2:
                 raise
             await conn.execute(";\n".join(statements[:-1]))
-            stmt = await conn.prepare(statements[-1])
-        args: list[Any] = []
+            stmt, records = await _fetch(conn, statements[-1], None)
     else:
-        stmt = await conn.prepare(sql)
-        args = coerce_params(params, stmt.get_parameters())
-    records = await stmt.fetch(*args)
+        stmt, records = await _fetch(conn, sql, params)
     columns = [a.name for a in stmt.get_attributes()]
     rows = [{k: json_safe(v) for k, v in r.items()} for r in records]
     return {"rows": rows, "columns": columns, "rowcount": _rowcount(stmt.get_statusmsg(), len(rows))}
@@ -295,7 +341,7 @@ class PostgresTool:
             return error(ToolError("postgres `params` must be a list (for $1..$n)"), pg=NO_PG)
         try:
             settings = _settings(config.get("auth"), ctx)
-        except _Refused as exc:
+        except _RefusedError as exc:
             return exc.outcome
         connect, read = timeout_seconds(ctx.spec)
         connect = DEFAULT_CONNECT_TIMEOUT if connect is None else connect
@@ -316,7 +362,7 @@ class PostgresTool:
                 result = await _run_sql(conn, sql, list(params) if params else None)
         except TimeoutError:
             return error(TimeoutError_(f"postgres statement did not finish within {read:g} s"), pg=NO_PG)
-        except _Refused as exc:
+        except _RefusedError as exc:
             return exc.outcome
         except asyncpg.PostgresError as exc:
             return _pg_error(exc)

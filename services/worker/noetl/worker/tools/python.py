@@ -39,14 +39,15 @@ from typing import Any
 
 from noetl.dsl.errors import PythonError, TimeoutError_, ToolError
 from noetl.worker.tools.base import ToolContext, error, ok, register, timeout_seconds
-from noetl.worker.tools.values import NotJsonError, strict_json
+from noetl.worker.tools.values import ResultNotJsonError, strict_json
 
 FILENAME = "<python task>"
 
 
-class TaskTimedOut(BaseException):
-    """Raised inside a task's thread when its time-out has passed (not an ``Exception``, so a
-    bare ``except Exception`` in the task does not swallow it)."""
+class TaskTimedOutError(BaseException):
+    """Raised inside a task's thread when its time-out has passed. Outside the error tree on
+    purpose (``BaseException``, like ``asyncio.CancelledError``): a bare ``except Exception`` in
+    the task must not swallow it; the tool reports it as ``timeout``."""
 
 
 @functools.lru_cache(maxsize=512)
@@ -124,7 +125,7 @@ async def _run_in_thread(fn: Callable[[], Any], timeout: float | None, name: str
         with lock:
             if not finished and thread.ident is not None:
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
-                                                           ctypes.py_object(TaskTimedOut))
+                                                           ctypes.py_object(TaskTimedOutError))
         raise
     if succeeded:
         return value
@@ -226,7 +227,7 @@ class PythonTool:
             return _python_error(exc, source, ctx)
         try:
             return ok(strict_json(value))
-        except NotJsonError as exc:
+        except ResultNotJsonError as exc:
             return error(PythonError(
                 f"python task '{ctx.task}' of step '{ctx.step}': its result is not JSON-serializable: "
                 f"{exc}; return None, bool, int, float, str, lists and dicts with string keys (convert "

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from noetl.dsl.errors import ResultNotJsonError as ResultNotJsonError
+
 
 def json_safe(value: Any) -> Any:
     """A JSON-safe copy of a database value.
@@ -66,16 +68,8 @@ def _key(key: Any) -> str:
     return key if isinstance(key, str) else str(json_safe(key))
 
 
-class NotJsonError(TypeError):
-    """A value a task returned that has no JSON form; ``path`` says where it sits."""
-
-    def __init__(self, path: str, value: Any) -> None:
-        super().__init__(f"{type(value).__name__} at {path}")
-        self.path = path
-
-
 def strict_json(value: Any, path: str = "result") -> Any:
-    """``value`` with tuples turned into lists, or ``NotJsonError`` naming the first bad part.
+    """``value`` with tuples turned into lists, or ``ResultNotJsonError`` naming the first bad part.
 
     Unlike :func:`json_safe` nothing is guessed: a Python task that returns a ``datetime`` or a
     ``set`` gets told so, because silently stringifying would change what later tasks compare.
@@ -94,7 +88,7 @@ def strict_json(value: Any, path: str = "result") -> Any:
             elif k is None or isinstance(k, bool | int | float):
                 key = "null" if k is None else ("true" if k is True else "false" if k is False else str(k))
             else:
-                raise NotJsonError(f"{path} (a {type(k).__name__} key)", k)
+                raise ResultNotJsonError(f"{path} (a {type(k).__name__} key)", k)
             out[key] = strict_json(v, f"{path}[{key!r}]")
         return out
-    raise NotJsonError(path, value)
+    raise ResultNotJsonError(path, value)

@@ -1,0 +1,59 @@
+"""What `noetl run` of a noop playbook imports (issue 29: the whole process ≤ 1.5 times its floor).
+
+Each heavy package below cost a one-step run tens of milliseconds when something imported it
+eagerly; the run does not use them, so a change that brings one back fails here rather than
+showing up, hours later, as a slower start-up in the bench.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+# never needed by a noop run: task kinds, the HTTP API, the cron parser, urllib's HTTP client
+HEAVY = ("duckdb", "asyncpg", "httpx", "uvicorn", "starlette", "croniter", "urllib.request")
+
+RUN = """
+import json, sys
+from noetl.cli.main import main
+rc = main(["run", sys.argv[1]])
+print(json.dumps({"rc": rc, "loaded": [m for m in sys.argv[2:] if m in sys.modules]}))
+"""
+
+NOOP = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: noop-imports, path: tests/noop_imports}
+workflow:
+  - step: start
+    tool:
+      - {name: t, kind: noop, result: ok}
+"""
+
+
+def test_noop_run_imports_no_heavy_module(tmp_path: Path) -> None:
+    playbook = tmp_path / "noop.yaml"
+    playbook.write_text(NOOP)
+    p = subprocess.run(
+        [sys.executable, "-c", RUN, str(playbook), *HEAVY], capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out == {"rc": 0, "loaded": []}, p.stderr[-2000:]
+
+
+def test_private_nats_server_imports_no_settings_model() -> None:
+    """The bench's start-up floor starts one with its fsync interval given: the floor is nats-py
+    and a nats-server, so nothing of ours may pull pydantic or the playbook validator into it."""
+    code = (
+        "import sys\n"
+        "from noetl.host.natsserver import NatsServer\n"
+        "with NatsServer(sync_interval='') as srv:\n"
+        "    pass\n"
+        "print([m for m in ('pydantic', 'noetl.dsl.validate', 'urllib.request') if m in sys.modules])\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "[]"
