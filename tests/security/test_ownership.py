@@ -181,3 +181,31 @@ async def test_an_await_may_name_who_answers(deployment: Deployment) -> None:
         assert r.status_code == 202, r.text
     received = await dep.events_of(eid, "signal.received")
     assert [e["payload"]["principal"] for e in received] == ["root"]
+
+
+async def test_console_actions_are_audited_with_their_principal(deployment: Deployment) -> None:
+    """Before: a pause, resume, signal or cancel from the console left no record on
+    ``noetl.audit.actions`` (the API's did): the trail did not say who acted through the console."""
+    import httpx
+
+    dep = deployment
+    eid = await _started(dep)
+    api = dep.api
+    async with httpx.AsyncClient(base_url=api.url, timeout=30, follow_redirects=False) as browser:
+        r = await browser.post("/ui/login", data={"token": ALICE, "next": "/ui/executions"},
+                               headers={"Origin": api.url})
+        assert r.status_code == 303, r.text
+        same = {"Cookie": f"noetl_session={r.cookies.get('noetl_session')}", "Origin": api.url}
+        for action, form in (("pause", {}), ("resume", {}), ("approve", {"signal": "approve"}),
+                             ("cancel", {})):
+            r = await browser.post(f"/ui/executions/{eid}/{action}", data=form, headers=same)
+            assert r.status_code in (200, 303), (action, r.status_code, r.text[:300])
+    audit = [r for _, r in await read_messages(NatsBus(dep.nc), AUDIT_STREAM, ["noetl.audit.actions"])]
+    mine = [r for r in audit if r.get("via") == "console" and r["target"].startswith(eid)]
+    assert {(r["action"], r["principal"], r["outcome"]) for r in mine} >= {
+        ("pause", "alice", "done"), ("resume", "alice", "done"), ("signal", "alice", "done"),
+        ("cancel", "alice", "done"),
+    }, mine
+    approved = next(r for r in mine if r["action"] == "signal")
+    assert approved["target"] == f"{eid}/approve" and approved["answer"] == "approve"
+    assert all(r["namespace"] is None or r["namespace"] == "team_a" for r in mine)

@@ -180,3 +180,46 @@ async def test_the_console_cookie_dies_at_sign_out(deployment: Deployment) -> No
         assert fresh and fresh != cookie
         r = await browser.get("/ui/executions", headers={"Cookie": f"noetl_session={fresh}"})
         assert r.status_code == 200
+
+
+TICKS = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: ticks, path: team_a/ticks}
+workflow:
+  - step: start
+    next: {arcs: [{step: wait}]}
+  - step: wait
+    spec: {policy: {lifecycle: {await: {signal: tick, timeout_s: 60}}}}
+    next: {arcs: [{step: wait, when: "{{ event.result.more }}"}]}
+"""
+
+
+async def test_signals_a_step_took_do_not_count_against_the_queue(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the bound counted every signal the execution had ever received, so a long-lived
+    execution that consumes its signals was refused for good after 10 000 of them."""
+    from noetl.server import requests as handler
+
+    monkeypatch.setattr(handler, "MAX_SIGNALS", 3)
+    async with deployment.http(ALICE) as alice:
+        assert (await alice.post("/api/catalog", json={"playbook": TICKS})).status_code == 201
+        r = await alice.post("/api/executions", json={"path": "team_a/ticks"})
+        assert r.status_code == 202, r.text
+        eid = r.json()["execution_id"]
+        for i in range(1, 7):  # twice the bound, each taken before the next is sent
+            r = await alice.post(f"/api/executions/{eid}/signals/tick", json={"data": {"more": i < 6}})
+            assert r.status_code == 202, r.text
+            taken = await deployment.events_of(eid, "signal.taken", at_least=i)
+            assert len(taken) == i, f"signal {i} was not taken"
+            assert taken[-1]["payload"] == {"signal": "tick", "taken": i}
+        for _ in range(200):
+            status = (await alice.get(f"/api/executions/{eid}")).json()
+            if status["status"] != "running":
+                break
+            await asyncio.sleep(0.05)
+    assert status["status"] == "success", status
+    events = [e for e in await deployment.all_events() if e["execution_id"] == eid]
+    assert len([e for e in events if e["name"] == "signal.received"]) == 6
+    assert max(e["payload"]["taken"] for e in events if e["name"] == "signal.taken") == 6

@@ -175,6 +175,17 @@ def test_a_signal_sent_before_the_token_waits_is_queued() -> None:
     assert [c["step"] for c in d.take()] == ["reject"] and not d.state.signals
 
 
+def test_each_signal_taken_is_recorded_with_the_running_total() -> None:
+    """The server bounds the signals still queued by ``signal.received`` minus the last
+    ``signal.taken``: one taken while a run waits and one queued before it waits both count."""
+    d = Clocked(APPROVAL)
+    d.outside("signal.received", {"signal": "approval", "data": {"approved": True}})
+    d.outside("signal.received", {"signal": "other", "data": 1})
+    taken = [e for e in d.log if e["name"] == "signal.taken"]
+    assert [e["payload"] for e in taken] == [{"signal": "approval", "taken": 1}]
+    assert taken[0]["entity_id"] == "approve" and d.state.signals == {"other": [1]}
+
+
 def test_no_signal_in_time_is_signal_timeout() -> None:
     d = Clocked(
         APPROVAL.replace("- {step: reject}", "- {step: reject, when: \"{{ event.error.kind == 'x' }}\"}")

@@ -55,7 +55,8 @@ _EVENT_NAMES = (
     "execution.cancel.requested", "execution.pause.requested", "execution.paused",
     "execution.resume.requested", "execution.resumed", "loop.done", "loop.iteration.done",
     "loop.iteration.failed", "loop.local.stopped", "loop.started", "playbook.execution.requested",
-    "playbook.processed", "playbook.request.evaluated", "signal.received", "step.cancelled", "step.done",
+    "playbook.processed", "playbook.request.evaluated", "signal.received", "signal.taken", "step.cancelled",
+    "step.done",
     "step.failed", "step.scheduled", "step.skipped", "step.waiting", "timer.fired", "workflow.finished",
     "workflow.started", "task.done", "task.started",
 )

@@ -32,6 +32,7 @@ EventName = Literal[
     "timer.fired",
     "step.cancelled",
     "signal.received",
+    "signal.taken",
     "execution.pause.requested",
     "execution.resume.requested",
     "execution.paused",
@@ -76,6 +77,7 @@ TASK_DONE: Final = "task.done"
 CANCEL_REQUESTED: Final = "execution.cancel.requested"
 TIMER_FIRED: Final = "timer.fired"
 SIGNAL_RECEIVED: Final = "signal.received"
+SIGNAL_TAKEN: Final = "signal.taken"
 PAUSE_REQUESTED: Final = "execution.pause.requested"
 RESUME_REQUESTED: Final = "execution.resume.requested"
 PAUSED: Final = "execution.paused"

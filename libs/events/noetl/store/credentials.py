@@ -79,7 +79,48 @@ def check_name(name: str) -> str:
 # written by anyone who may send a request, so by default it may use no credential at all.
 # A scope may also pin ``digests``: the SHA-256 of the playbook texts an admin has reviewed; then
 # only those texts may use the credential, whoever writes the catalog.
+# And it may constrain ``inputs``, the request's payload a run of such a playbook accepts: a
+# reviewed playbook that sends its token to ``{{ workload.url }}`` is only as safe as the URLs its
+# callers may pass, so the scope names each input a caller may give and what values it may take
+# (``values``: one of these; ``pattern``: text matching this regular expression; ``{}``: any).
+# An input it does not name is refused; ``"inputs": {}`` admits none (the playbook's own workload).
 DEFAULT_SCOPE: dict[str, Any] = {"paths": ["*"], "inline": False}
+
+_SCOPE_SHAPE = (
+    'a credential scope is {"paths": ["finance/", "etl/daily", "*"], "inline": false, '
+    '"digests": [...], "inputs": {"url": {"pattern": "https://api\\.example\\.com/.*"}, '
+    '"region": {"values": ["eu", "us"]}, "day": {}}}: '
+    "paths are catalog paths, prefixes ending in '/', or '*'; digests (optional) the SHA-256 hex "
+    "digests of the only playbook texts that may use it; inputs (optional) the only payload keys a "
+    "request may give, each with the values or the pattern (a Python regular expression, matched "
+    "in full) it must have ({} for any value; \"inputs\": {} for no input at all)"
+)
+
+
+_RULE_KEYS = {"values", "pattern"}
+
+
+def _check_inputs(inputs: Any) -> dict[str, dict[str, Any]]:
+    if not isinstance(inputs, dict):
+        raise ValueError(_SCOPE_SHAPE)
+    out: dict[str, dict[str, Any]] = {}
+    for name, rule in inputs.items():
+        if not (isinstance(name, str) and name and isinstance(rule, dict)) or set(rule) - _RULE_KEYS:
+            raise ValueError(_SCOPE_SHAPE)
+        checked: dict[str, Any] = {}
+        if "values" in rule:
+            if not isinstance(rule["values"], list):
+                raise ValueError(f"scope input {name!r}: `values` is a list of the values it may take")
+            checked["values"] = list(rule["values"])
+        if "pattern" in rule:
+            pattern = rule["pattern"]
+            try:
+                re.compile(pattern)
+            except (re.error, TypeError) as e:
+                raise ValueError(f"scope input {name!r}: `pattern` is no regular expression: {e}") from None
+            checked["pattern"] = pattern
+        out[name] = checked
+    return out
 
 
 def check_scope(scope: dict[str, Any] | None) -> dict[str, Any]:
@@ -87,7 +128,7 @@ def check_scope(scope: dict[str, Any] | None) -> dict[str, Any]:
         return dict(DEFAULT_SCOPE)
     paths, inline = scope.get("paths", ["*"]), scope.get("inline", False)
     digests = scope.get("digests")
-    unknown = set(scope) - {"paths", "inline", "digests"}
+    unknown = set(scope) - {"paths", "inline", "digests", "inputs"}
     if (
         unknown
         or not isinstance(paths, list)
@@ -98,16 +139,50 @@ def check_scope(scope: dict[str, Any] | None) -> dict[str, Any]:
             and all(isinstance(d, str) and re.fullmatch(r"[0-9a-f]{64}", d) for d in digests)
         ))
     ):
-        raise ValueError(
-            'a credential scope is {"paths": ["finance/", "etl/daily", "*"], "inline": false, '
-            '"digests": [...]}: '
-            "paths are catalog paths, prefixes ending in '/', or '*'; digests (optional) the SHA-256 hex "
-            "digests of the only playbook texts that may use it"
-        )
+        raise ValueError(_SCOPE_SHAPE)
     out: dict[str, Any] = {"paths": list(paths), "inline": inline}
     if digests is not None:
         out["digests"] = list(digests)
+    if scope.get("inputs") is not None:
+        out["inputs"] = _check_inputs(scope["inputs"])
     return out
+
+
+# a pattern is matched against at most this much text: an admin's regular expression must not let a
+# caller's long input hold the request handler
+MAX_PATTERN_INPUT = 8192
+
+
+def _canonical(value: Any) -> str:
+    """JSON text that compares as the value does, so ``true`` is not ``1`` and ``1.0`` is ``1``."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def scope_input_problems(scope: dict[str, Any], payload: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """``[(input, why)]`` for each input of a request's ``payload`` the scope does not admit; empty
+    when it admits them all (or constrains none). ``why`` describes the rule, never the value: the
+    caller knows what it sent, and a log line should not carry it."""
+    rules = scope.get("inputs")
+    if rules is None:
+        return []
+    problems: list[tuple[str, str]] = []
+    for name in sorted(payload or {}):
+        value = (payload or {})[name]
+        rule = rules.get(name)
+        if rule is None:
+            named = ", ".join(sorted(rules))
+            problems.append((name, f"its scope admits only the inputs {named}" if rules else
+                             "its scope admits no caller inputs (the playbook runs on its own workload)"))
+            continue
+        if "values" in rule and _canonical(value) not in {_canonical(v) for v in rule["values"]}:
+            shown = ", ".join(_canonical(v) for v in rule["values"][:5])
+            more = f" and {len(rule['values']) - 5} more" if len(rule["values"]) > 5 else ""
+            problems.append((name, f"its scope admits only the values {shown}{more}"))
+        fits = isinstance(value, str) and len(value) <= MAX_PATTERN_INPUT
+        if "pattern" in rule and not (fits and re.fullmatch(rule["pattern"], value)):
+            problems.append((name, f"its scope admits only text matching {rule['pattern']!r} "
+                                   f"(at most {MAX_PATTERN_INPUT} characters)"))
+    return problems
 
 
 def scope_allows(scope: dict[str, Any], path: str | None, digest: str | None = None) -> bool:

@@ -29,6 +29,27 @@ def _credential_data(args: argparse.Namespace) -> dict[str, Any]:
     return value
 
 
+def _scope_inputs(args: argparse.Namespace) -> dict[str, Any]:
+    """``--inputs JSON`` / ``--no-inputs``: the scope's ``inputs``, so a reviewed playbook that
+    sends the credential somewhere its caller names can be held to the places the admin allows."""
+    import json
+
+    given = getattr(args, "inputs", None)
+    if getattr(args, "no_inputs", False):
+        if given is not None:
+            raise ValueError("give --inputs JSON or --no-inputs, not both")
+        return {"inputs": {}}
+    if given is None:
+        return {}
+    try:
+        return {"inputs": json.loads(given)}
+    except ValueError:
+        raise ValueError(
+            '--inputs is JSON: {"url": {"pattern": "https://api\\.example\\.com/.*"}, '
+            '"region": {"values": ["eu", "us"]}}'
+        ) from None
+
+
 def nats_identity(nc: Any) -> str | None:
     """Who a NATS connection says it is (a user name, a token's hash prefix, a credentials file),
     or None for an anonymous one. Never the password or token itself."""
@@ -110,7 +131,10 @@ async def _set_here(bus: Any, store: Any, who: str | None, args: argparse.Namesp
         print(f"noetl: credential {args.name!r} holds {'; '.join(weak)}: use a stronger secret "
               "(or --allow-weak)", file=sys.stderr)
         return 2
-    scope = {"paths": args.scope or ["*"], "inline": args.allow_inline}
+    from noetl.store.credentials import check_scope
+
+    scope = check_scope({"paths": args.scope or ["*"], "inline": args.allow_inline,
+                         **_scope_inputs(args)})  # refused before anything is recorded
     await record_credential_access(
         bus, action="credential.put", credential=args.name, who=who or "anonymous",
         outcome="stored", kind=args.kind, remote="cli",
@@ -129,11 +153,12 @@ async def _credentials_as_principal(nc: Any, args: argparse.Namespace) -> int:
     if args.action == "set":
         try:
             body["data"] = _credential_data(args)
+            inputs = _scope_inputs(args)
         except ValueError as e:
             print(f"noetl: {e}", file=sys.stderr)
             return 2
-        body |= {"kind": args.kind, "scope": {"paths": args.scope or ["*"], "inline": args.allow_inline},
-                 "allow_weak": bool(getattr(args, "allow_weak", False))}
+        scope = {"paths": args.scope or ["*"], "inline": args.allow_inline, **inputs}
+        body |= {"kind": args.kind, "scope": scope, "allow_weak": bool(getattr(args, "allow_weak", False))}
     out = await call_service(nc, f"noetl.api.credentials.{args.action}", body)
     if (code := refusal_exit(out)) is not None:
         return code

@@ -344,6 +344,18 @@ def _add_credentials_parser(sub: Any, nats_url_default: str) -> None:
         action="store_true",
         help="inline playbooks (sent with the request, not registered) may use it too; off by default",
     )
+    a.add_argument(
+        "--inputs",
+        metavar="JSON",
+        help='the only inputs (payload keys) a run of a playbook using it accepts, each with the values '
+        'or the pattern it must have: {"url": {"pattern": "https://api\\.example\\.com/.*"}, '
+        '"region": {"values": ["eu", "us"]}, "day": {}}; default: any input',
+    )
+    a.add_argument(
+        "--no-inputs",
+        action="store_true",
+        help="a run of a playbook using it accepts no input at all: it runs on its own workload",
+    )
     a.add_argument("--allow-weak", action="store_true",
                    help="store a secret shorter than 8 characters or a common word all the same")
     a.add_argument("--anonymous", action="store_true",

@@ -22,6 +22,7 @@ from noetl.dsl.model import Step
 from noetl.engine import loops, routing
 from noetl.engine.emitter import Emitter
 from noetl.engine.state import EventView, ExecutionState, RunState
+from noetl.events import vocabulary as vocab
 from noetl.events.clock import later, not_after
 from noetl.events.envelope import Event
 from noetl.events.ids import derive_id
@@ -201,10 +202,18 @@ def wait(
 
 
 def _take(state: ExecutionState, step: Step, run: RunState, data: object, em: Emitter) -> None:
+    """The run goes on with the signal's data; ``signal.taken`` says the queue shrank, so the
+    request handler bounds only the signals still queued (received minus ``taken``) and a
+    long-lived execution that keeps consuming signals is never refused for its history. Emitted
+    after the run's own events, so their ids stay what they were before this event existed."""
     disarm(run, em)
     run.status = "running"
     run.args = {**run.args, "signal": data}
     routing.start(state, step, run, run.trigger, em)
+    state.signals_taken += 1
+    signal = step.lifecycle.await_signal if step.lifecycle is not None else None
+    em.event(vocab.SIGNAL_TAKEN, "step", step.name, "in_progress",
+             {"signal": signal, "taken": state.signals_taken}, run)
 
 
 def on_signal(state: ExecutionState, event: Event, em: Emitter) -> None:

@@ -84,3 +84,4 @@ class ExecutionState:
     paused: bool = False
     held: list[str] = field(default_factory=list)  # runs admitted while paused, in arrival order
     signals: dict[str, list[Any]] = field(default_factory=dict)  # queued signal data by name
+    signals_taken: int = 0  # signals a waiting run took, in all: signal.taken carries the count

@@ -19,9 +19,12 @@ import asyncio
 import collections
 import contextlib
 import logging
+import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
+from noetl.dsl.model import Playbook
 from noetl.engine import ExecutionState
 from noetl.events.envelope import Event
 from noetl.events.runtime import cancel_and_wait
@@ -33,6 +36,66 @@ SLOW_DECISION_S = 0.02
 
 Decide = Callable[[ExecutionState, Event], Any]
 Store = Callable[[int, Event, Any], Awaitable[None]]
+T = TypeVar("T")
+
+# One thread decides the partitions' batches, one the lanes. The engine is pure Python: more
+# threads would not decide faster under one interpreter lock, but each would compete with the
+# event loop for it, and with six renders running the loop waited 0.1 s at a time (measured).
+_BATCHES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="noetl-decide")
+_LANES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="noetl-lane")
+
+
+# Filters whose work is at most a pass over one value (itself at most 1 MiB): a template made of
+# lookups, comparisons and these renders in about a millisecond, whatever its data.
+_SHORT_FILTERS = frozenset({
+    "abs", "bool", "capitalize", "count", "d", "default", "e", "escape", "first", "float", "int",
+    "last", "length", "lower", "round", "string", "title", "tojson", "trim", "upper",
+})
+_LONG_NODES = ("Call", "For", "Macro", "CallBlock", "FilterBlock", "Pow", "Mul", "Mod", "FloorDiv")
+_EXPRESSION = re.compile(r"\{\{(.*?)\}\}", re.S)
+_long: dict[str, bool] = {}
+
+
+def may_render_long(playbook: Playbook) -> bool:
+    """Whether a render of this playbook's templates may take long: a statement block, a call
+    (``range``, a method), a big-number or repetition operator, or a filter that sorts, joins or
+    maps. Such an execution is decided off the event loop from its first input; any other is
+    decided on it, where a decision costs no thread hop (about 0.5 ms a step on the chain,
+    measured), and still gets a lane if one of its decisions proves slow after all. Read from
+    the playbook's text once per digest; a template that does not parse counts as long."""
+    known = _long.get(playbook.digest)
+    if known is None:
+        known = _long[playbook.digest] = _scan(playbook.source)
+        if len(_long) > 4096:
+            _long.clear()
+    return known
+
+
+def _scan(source: str) -> bool:
+    if "{%" in source:
+        return True
+    if "{{" not in source:
+        return False
+    import jinja2
+    from jinja2 import nodes
+
+    env = jinja2.Environment()
+    for match in _EXPRESSION.finditer(source):
+        try:
+            tree = env.parse("{{" + match.group(1) + "}}")
+        except jinja2.TemplateError:
+            return True
+        for node in tree.find_all(nodes.Node):
+            kind = type(node).__name__
+            if kind in _LONG_NODES or (isinstance(node, nodes.Filter) and node.name not in _SHORT_FILTERS):
+                return True
+    return False
+
+
+async def off_loop(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on the thread that decides batches: the event loop (requests, the API, the
+    other partitions' reading and storing) goes on while a template renders."""
+    return await asyncio.get_running_loop().run_in_executor(_BATCHES, fn, *args)
 
 
 class _Lane:
@@ -104,7 +167,9 @@ class SlowLanes:
             while True:
                 event = await lane.queue.get()
                 try:
-                    decision = await asyncio.to_thread(self._decide, lane.state, event)
+                    decision = await asyncio.get_running_loop().run_in_executor(
+                        _LANES, self._decide, lane.state, event
+                    )
                     if decision is not None:
                         await self._store(lane.partition, event, decision)
                 except asyncio.CancelledError:

@@ -19,11 +19,42 @@ from noetl.events import supervise
 from noetl.events.envelope import Event, WireError, decode_event, loads
 from noetl.events.port import BusError, BusUnavailableError, Message, ReaderLostError
 from noetl.events.retry import Backoff, describe, is_transient, retrying
-from noetl.server.lanes import SLOW_DECISION_S
+from noetl.server.lanes import SLOW_DECISION_S, may_render_long, off_loop
 from noetl.server.parts import BATCH, READER_GRACE, REBUILD_PATIENCE
 from noetl.server.storing import DecisionStoring, Outputs
 
 log = logging.getLogger("noetl.server")
+
+_TO_LANE: Any = object()  # a decision left to the execution's new lane (``_decide_batch``)
+
+
+def _decide_batch(
+    todo: list[tuple[int, Event, ExecutionState]],
+) -> list[tuple[int, Event, ExecutionState, Any, bool]]:
+    """The batch's decisions, in order, off the event loop: ``(seq, event, state, decision,
+    slow)``. Once an execution's decision proves slow (its thread's CPU time, so waiting for the
+    interpreter lock does not count) its later inputs of the batch are not decided here but left
+    to the lane it gets (``_TO_LANE``): the partition's other executions need not wait for them."""
+    out: list[tuple[int, Event, ExecutionState, Any, bool]] = []
+    laned: set[str] = set()
+    for seq, event, state in todo:
+        eid = event["execution_id"]
+        if eid in laned:
+            out.append((seq, event, state, _TO_LANE, False))
+            continue
+        if state.finished:
+            continue
+        began = time.thread_time()
+        try:
+            decision = decide(state, event)
+        except Exception:
+            log.exception("engine failed on event %s (%s); ignored", event.get("event_id"), event.get("name"))
+            continue
+        slow = time.thread_time() - began > SLOW_DECISION_S
+        if slow:
+            laned.add(eid)
+        out.append((seq, event, state, decision, slow))
+    return out
 
 
 class PartitionReading(DecisionStoring):
@@ -131,31 +162,34 @@ class PartitionReading(DecisionStoring):
             self._reading[partition] = (is_open, asyncio.get_running_loop().time())
 
     async def _process_batch(self, partition: int, batch: list[Message]) -> None:
+        """Decide a batch: the states it needs first (I/O, on the event loop), then every decision
+        in one thread, in stream order, then store the outputs together.
+
+        The engine renders templates, and a render may take up to its work budget: decided on the
+        event loop, the first slow render of each execution stalled every partition, the API and
+        the request handler (15 executions of one heavy render each held the server 28 s). A batch
+        with a playbook whose templates may render long (``lanes.may_render_long``) is decided in
+        a thread, so the loop goes on from the first render; the others stay on the loop, where a
+        step costs no thread hop (docs/security.md has the figures). An execution whose decision
+        proves slow gets a lane of its own, so it stops holding its partition's others."""
         # outputs by execution: stored together, or one execution at a time for the rare batch
         # JetStream can never store (``_store_each``)
         groups: dict[str, Outputs] = {}
         ended_loops: list[tuple[str, str]] = []
-        last_seq = 0
-        for msg in batch:
-            last_seq = msg.seq
-            try:
-                event = decode_event(msg.data)
-            except WireError as e:
-                (log.error if e.newer else log.warning)("ignored a message on %s: %s", msg.subject, e)
+        last_seq = batch[-1].seq if batch else 0
+        todo = await self._to_decide(partition, batch)
+        if any(may_render_long(state.playbook) for _, _, state in todo):
+            decided = await off_loop(_decide_batch, todo)
+        else:
+            decided = _decide_batch(todo)
+        for seq, event, state, decision, slow in decided:
+            eid = event["execution_id"]
+            if decision is _TO_LANE:
+                if eid in self.lanes:  # else it finished: nothing left to decide
+                    self.lanes.put(eid, seq, event)
                 continue
-            if not is_input(event):
-                continue
-            if event.get("execution_id") in self.lanes:
-                self.lanes.put(event["execution_id"], last_seq, event)
-                continue
-            try:
-                # NATS failures are waited out inside, so an input is never skipped for want of I/O
-                decision = await self._decide(event, last_seq, partition)
-            except Exception:
-                log.exception(
-                    "engine failed on event %s (%s); ignored", event.get("event_id"), event.get("name")
-                )
-                continue
+            if slow:
+                self.lanes.open(eid, partition, state)
             if decision is not None:
                 self._collect(groups, ended_loops, partition, event, decision)
         # objects before the events that refer to them; events before commands, so a worker's
@@ -175,7 +209,38 @@ class PartitionReading(DecisionStoring):
         self.decided += len(batch)
         self._forget_finished()
 
-    async def _decide(self, event: Event, seq: int, partition: int) -> Any:
+    async def _to_decide(
+        self, partition: int, batch: list[Message]
+    ) -> list[tuple[int, Event, ExecutionState]]:
+        """The batch's inputs with the state each is decided on (read or rebuilt here, where I/O
+        belongs); an execution that has a lane gets its inputs there instead, in order."""
+        todo: list[tuple[int, Event, ExecutionState]] = []
+        for msg in batch:
+            try:
+                event = decode_event(msg.data)
+            except WireError as e:
+                (log.error if e.newer else log.warning)("ignored a message on %s: %s", msg.subject, e)
+                continue
+            if not is_input(event):
+                continue
+            if event.get("execution_id") in self.lanes:
+                self.lanes.put(event["execution_id"], msg.seq, event)
+                continue
+            try:
+                # NATS failures are waited out inside, so an input is never skipped for want of I/O
+                state = await self._state_for(event, msg.seq, partition)
+            except Exception:
+                log.exception(
+                    "engine failed on event %s (%s); ignored", event.get("event_id"), event.get("name")
+                )
+                continue
+            if state is not None:
+                todo.append((msg.seq, event, state))
+        return todo
+
+    async def _state_for(self, event: Event, seq: int, partition: int) -> ExecutionState | None:
+        """The state ``event`` is decided on, read or rebuilt when not in memory; None when there
+        is nothing to decide (no execution, a repeated request, one that finished)."""
         eid = event.get("execution_id")
         if not isinstance(eid, str):
             return None
@@ -201,13 +266,7 @@ class PartitionReading(DecisionStoring):
             self._state_partition[eid] = partition
         elif event["name"] == "playbook.execution.requested":
             return None  # a repeated request event: already started
-        if state.finished:
-            return None
-        began = time.perf_counter()
-        decision = decide(state, event)
-        if time.perf_counter() - began > SLOW_DECISION_S:
-            self.lanes.open(eid, partition, state)
-        return decision
+        return None if state.finished else state
 
     @staticmethod
     def _decide_known(state: ExecutionState, event: Event) -> Any:

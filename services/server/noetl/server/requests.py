@@ -33,7 +33,7 @@ from noetl.events.port import Bus, store_all
 from noetl.server.requests_checks import MAX_PAYLOAD_DEPTH, MAX_REQUEST_BYTES, MAX_SIGNALS
 from noetl.server.requests_outside import OutsideRequests
 from noetl.store.catalog import MAX_MESSAGE_BYTES, Catalog
-from noetl.store.credentials import scope_allows
+from noetl.store.credentials import scope_allows, scope_input_problems
 from noetl.store.principals import Principal, namespace_of
 
 log = logging.getLogger("noetl.server")
@@ -103,7 +103,7 @@ class RequestHandler(OutsideRequests):
             if (denied := self._parent_denied(principal, namespace, req)) is not None:
                 return await self._refused(execution_id, partition, denied, req)  # the parent waits for it
         digest = digest_of(text)
-        keys = await self._keychain(playbook, origin, digest)
+        keys = await self._keychain(playbook, origin, digest, req.get("payload"))
         if "error" in keys:
             return await self._refused(execution_id, partition, keys["error"], req)
         await self.catalog.put_digest(digest, text)
@@ -156,24 +156,32 @@ class RequestHandler(OutsideRequests):
             f"{req['parent_execution_id']}, may not start playbooks in namespace {namespace!r}"
         ).to_dict()
 
-    async def _keychain(self, playbook: Any, origin: str | None, digest: str) -> dict[str, Any]:
+    async def _keychain(
+        self, playbook: Any, origin: str | None, digest: str, payload: Any
+    ) -> dict[str, Any]:
         """``{missing, mismatched}`` of the playbook's keychain, or ``{error}`` when an entry's
-        scope does not include this playbook: a credential must not reach a text it was not
-        granted to, so nothing starts then."""
+        scope does not include this playbook, or does not admit the request's inputs
+        (``payload``): a credential must not reach a text it was not granted to, nor go where a
+        caller's input sends it, so nothing starts then."""
         missing: list[str] = []
         refused: list[str] = []
         mismatched: list[dict[str, Any]] = []
+        inputs_refused: list[tuple[str, str, str]] = []  # (credential, input, why)
         for entry in playbook.keychain:
             scope = await self.credentials.scope(entry.name) if self.credentials is not None else None
             if scope is None:
                 missing.append(entry.name)
             elif not scope_allows(scope, origin, digest):
                 refused.append(entry.name)
+            elif problems := scope_input_problems(scope, payload if isinstance(payload, dict) else None):
+                inputs_refused += [(entry.name, name, why) for name, why in problems]
             elif self.credentials is not None:
                 stored = await self.credentials.kind(entry.name)
                 if stored != entry.kind:  # the declared kind decides masking: no start on a guess
                     mismatched.append({"name": entry.name, "declared": entry.kind, "stored": stored})
         if not refused:
+            if inputs_refused:
+                return {"error": _inputs_refused(inputs_refused, origin).to_dict()}
             return {"missing": missing, "mismatched": mismatched}
         where = "an inline playbook" if origin is None else f"catalog path {origin!r}"
         names = ", ".join(refused)
@@ -271,4 +279,21 @@ def _requested_event(
         },
         parent_execution_id=req.get("parent_execution_id"),
         trace_id=req.get("trace_id") or execution_id,
+    )
+
+
+def _inputs_refused(refused: list[tuple[str, str, str]], origin: str | None) -> CredentialScopeError:
+    """The refusal of inputs a credential's scope does not admit: each input with the credential
+    whose rule it broke and the rule, and the three ways on (never the value sent)."""
+    where = "an inline playbook" if origin is None else f"catalog path {origin!r}"
+    parts = [f"input {name!r} (credential {cred!r}: {why})" for cred, name, why in refused]
+    creds = sorted({cred for cred, _, _ in refused})
+    return CredentialScopeError(
+        f"{where} uses credential{'s' if len(creds) > 1 else ''} {', '.join(creds)}, whose scope "
+        f"constrains the inputs a run of it accepts: refused {'; '.join(parts)}. Leave the input out "
+        "(the playbook's own workload value is used) or send a value the scope admits; to admit "
+        "another, an admin changes the scope's inputs (noetl credentials set NAME --inputs JSON, or "
+        '"scope": {"inputs": {...}} in POST /api/credentials)',
+        entries=creds,
+        inputs=sorted({name for _, name, _ in refused}),
     )

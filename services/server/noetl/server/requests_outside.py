@@ -108,13 +108,12 @@ class OutsideRequests(RequestChecks):
             return reply_error(
                 ExecutionFinishedError(f"execution {execution_id} has finished: there is nothing to {what}")
             )
-        if what == "signal":
-            received = s.execution_event_filter(execution_id, vocab.SIGNAL_RECEIVED)
-            if len(await self.bus.read(s.EVENTS_STREAM, [received])) >= (limit := _max_signals()):
-                return reply_error(RequestInvalidError(
-                    f"execution {execution_id} has received {limit} signals, the most one execution "
-                    "takes: its queue would grow without bound"
-                ))
+        if what == "signal" and await self._queued_signals(execution_id) >= (limit := _max_signals()):
+            return reply_error(RequestInvalidError(
+                f"execution {execution_id} has {limit} signals queued that no step has taken, the most "
+                "one execution holds: its queue would grow without bound. Signals are taken by steps "
+                "that await them (lifecycle.await); send this one when one has been taken"
+            ))
         names: dict[str, EventName] = {"signal": vocab.SIGNAL_RECEIVED, "pause": vocab.PAUSE_REQUESTED}
         name = names.get(what, vocab.RESUME_REQUESTED)
         event = make_event(
@@ -131,6 +130,22 @@ class OutsideRequests(RequestChecks):
         subject = s.event_subject(partition, execution_id, name)
         await store_all(self.bus, [(subject, dumps(event), event["event_id"])])
         return {"execution_id": execution_id, what: "recorded", "request_id": request_id}
+
+    async def _queued_signals(self, execution_id: str) -> int:
+        """Signals received and not yet taken by a waiting run: the queue the engine holds in
+        memory, which is what must stay bounded; the count of signals an execution has consumed
+        over its life is not (``signal.taken`` carries the running total of those)."""
+        received = s.execution_event_filter(execution_id, vocab.SIGNAL_RECEIVED)
+        count = len(await self.bus.read(s.EVENTS_STREAM, [received]))
+        taken_filter = s.execution_event_filter(execution_id, vocab.SIGNAL_TAKEN)
+        last = await self.bus.last(s.EVENTS_STREAM, taken_filter)
+        if last is None:
+            return count
+        try:
+            taken = int((loads(last.data).get("payload") or {}).get("taken") or 0)
+        except (ValueError, TypeError, AttributeError):
+            taken = 0
+        return count - taken
 
     async def _finished(self, execution_id: str) -> bool:
         finished = s.execution_event_filter(execution_id, "workflow.finished")

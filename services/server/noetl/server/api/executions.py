@@ -214,6 +214,10 @@ async def cancel_execution(request: Request) -> Response:
     out = await request_cancel(
         ctx_of(request).bus, eid, str(reason) if reason else None, principal=principal_of(request).name
     )
+    await record_action(
+        ctx_of(request).bus, action="cancel", principal=principal_of(request).name, target=eid,
+        outcome="not_found" if out is None else "done",
+    )
     if out is None:
         return error(404, NoSuchEntityError, f"no execution {eid}")
     return JSONResponse(out, status_code=202)

@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from noetl.dsl.errors import PlaybookInvalidError
+from noetl.dsl.errors import ForbiddenError, PlaybookInvalidError, reply_error
 from noetl.dsl.validate import load_playbook
 from noetl.events.bus import read_execution_events
 from noetl.events.envelope import Event
@@ -39,6 +39,7 @@ from noetl.server.console.graph import Graph, layout
 from noetl.server.console.render import STATIC, page, render
 from noetl.server.console.signin import _forbidden, form_data, login, login_post, logout, same_origin
 from noetl.server.lineage import children_of, reruns_of
+from noetl.store.audit import record_action
 
 STATUSES = ("running", "success", "failed", "cancelled")
 PAGE_SIZE = 50
@@ -258,6 +259,25 @@ async def execution_stream(request: Request) -> Response:
     )
 
 
+async def _audited(
+    request: Request, name: str, eid: str, form: dict[str, str], out: dict[str, Any] | None
+) -> None:
+    """A console action leaves the record the API's leaves (``noetl.audit.actions``): the trail
+    must name who paused or answered an approval whichever door they came through. An approve or
+    reject is the signal it sends, recorded as the API records a signal."""
+    signal = name in _WAIT_ACTIONS
+    err = {"kind": "not_found"} if out is None else out.get("error")
+    await record_action(
+        ctx_of(request).bus,
+        action="signal" if signal else name,
+        principal=principal_of(request).name,
+        target=f"{eid}/{(form.get('signal') or '').strip()}" if signal else eid,
+        outcome=err.get("kind", "refused") if err else "done",
+        via="console",
+        **({"answer": name} if name in ("approve", "reject") else {}),
+    )
+
+
 async def execution_action(request: Request) -> Response:
     if not same_origin(request):
         return _forbidden()
@@ -276,9 +296,11 @@ async def execution_action(request: Request) -> Response:
             principal_of(request),
         )
     ):
+        await _audited(request, name, eid, form, reply_error(ForbiddenError(refusal)))
         return await execution_page(request, refused=refusal, form=form, status_code=403)
     form[_BY] = principal_of(request).name  # who acts (and answers an approval): never typed
     out = await action.run(ctx_of(request).bus, eid, form)
+    await _audited(request, name, eid, form, out)
     if out is None:
         return page(request, "missing.html", 404, what=f"execution {eid}")
     err = out.get("error") or {}
