@@ -226,7 +226,7 @@ def test_metric_names_in_the_rules_are_ones_the_processes_export() -> None:
     m.observe_http("GET", "health", 200, 0.01)
     text = m.render(live)
     worker = SimpleNamespace(
-        _running=set(), concurrency=4, pool="p", completed=0, task_durations={"ok": Histogram()}
+        busy=0, concurrency=4, pool="p", completed=0, task_durations={"ok": Histogram()}
     )
     text += Exposition(WorkerCollector(SimpleNamespace(worker=worker))).text()  # type: ignore[arg-type]
     exported = {s.name for f in text_string_to_metric_families(text) for s in f.samples}

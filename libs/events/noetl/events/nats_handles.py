@@ -238,12 +238,21 @@ class _NatsKeyValue:
 
     @ported
     async def keys(self, prefix: str = "") -> list[str]:
-        try:
-            keys = await self._kv.keys()
-        except Exception as e:  # nats-py raises NoKeysError for an empty bucket
-            if type(e).__name__ == "NoKeysError":
-                return []
-            raise
+        """Every key with ``prefix``. nats-py's ``keys()`` can answer "no keys" for a bucket that has
+        some: its watcher marks the end of the initial values when the consumer reports nothing
+        pending and its callback has not yet taken the first message, which a busy process loses
+        (seen as an empty catalog listing under load). An empty answer from a bucket whose stream
+        holds messages is therefore asked again; only delete markers left is a true empty."""
+        for _ in range(3):
+            try:
+                keys = await self._kv.keys()
+            except Exception as e:  # nats-py raises NoKeysError for an empty bucket
+                if type(e).__name__ != "NoKeysError":
+                    raise
+                keys = []
+            if keys or not (await self._kv.status()).values:
+                break
+            await asyncio.sleep(0.05)
         return sorted(k for k in keys if k.startswith(prefix))
 
 
