@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from noetl.host.natsserver import NatsServer
+
+if TYPE_CHECKING:
+    from tests.cluster.harness import Recorder
 
 PG_DSN = os.environ.get("NOETL_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -62,3 +66,15 @@ def _root_logging_restored() -> Iterator[None]:
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    """The HTTP endpoint the fault and cluster loads POST their records to (exactly-once counts)."""
+    from tests.cluster.harness import Recorder
+
+    r = Recorder()
+    try:
+        yield r
+    finally:
+        r.close()

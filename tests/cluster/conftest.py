@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.harness import NatsCluster, Recorder, Services
+from tests.cluster.harness import NatsCluster, Services
 
 HERE = Path(__file__).resolve().parent
 
@@ -35,15 +35,6 @@ def nats_cluster() -> Iterator[NatsCluster]:
         yield c
     finally:
         c.close()
-
-
-@pytest.fixture
-def recorder() -> Iterator[Recorder]:
-    r = Recorder()
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 @pytest.fixture

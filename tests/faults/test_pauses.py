@@ -41,15 +41,6 @@ BUSY = Load(executions=10, iterations=100, max_in_flight=20)
 
 
 @pytest.fixture
-def recorder() -> Iterator[Recorder]:
-    r = Recorder()
-    try:
-        yield r
-    finally:
-        r.close()
-
-
-@pytest.fixture
 def services(cluster: Cluster) -> Iterator[Services]:
     """Services at the defaults users get on one nats-server (R1, lease TTL 6 s, ack wait 30 s)."""
     svc = Services(cluster.url, ack_wait=None, lease_ttl=None, replicas=1)

@@ -86,6 +86,14 @@ def weak_secrets(data: Any, kind: str | None = None) -> list[str]:
     return sorted({p for s in secret_strings(data, None) if (p := weak_secret_problem(s))})
 
 
+def weak_refusal(name: str, data: Any, kind: str | None, way_out: str = "") -> str | None:
+    """Why the credential ``name`` may not be stored as it is (its weak secrets, never their
+    values), or None; ``way_out`` names the caller's own override, where it has one."""
+    if not (weak := weak_secrets(data, kind)):
+        return None
+    return f"credential {name!r} holds {'; '.join(weak)}: use a stronger secret{way_out}"
+
+
 def _strings(value: Any) -> Iterable[str]:
     if isinstance(value, str):
         yield value

@@ -98,8 +98,7 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
         if args.action == "set":
             return await _set_here(bus, store, who, args)
         elif args.action == "list":
-            for e in await store.list():
-                print(f"{e['name']}\t{e.get('kind')}")
+            _print_entries(await store.list())
         else:
             if not await store.exists(args.name):
                 print(f"noetl: no credential {args.name!r}", file=sys.stderr)
@@ -119,22 +118,31 @@ async def _credentials(nc: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def _scope(args: argparse.Namespace, inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The scope ``noetl credentials set`` asks for: ``--scope`` paths (every path by default),
+    ``--allow-inline``, and ``--inputs``/``--no-inputs``."""
+    return {"paths": args.scope or ["*"], "inline": args.allow_inline,
+            **(_scope_inputs(args) if inputs is None else inputs)}
+
+
+def _print_entries(entries: list[dict[str, Any]]) -> None:
+    for entry in entries:
+        print(f"{entry['name']}\t{entry.get('kind')}")
+
+
 async def _set_here(bus: Any, store: Any, who: str | None, args: argparse.Namespace) -> int:
     """``noetl credentials set`` on the bucket itself: a weak secret refused, the write audited
     under the connection's NATS identity before it happens."""
-    from noetl.events.masking import weak_secrets
+    from noetl.events.masking import weak_refusal
     from noetl.store.audit import record_credential_access
-
-    data = _credential_data(args)
-    weak = weak_secrets(data, args.kind)
-    if weak and not getattr(args, "allow_weak", False):
-        print(f"noetl: credential {args.name!r} holds {'; '.join(weak)}: use a stronger secret "
-              "(or --allow-weak)", file=sys.stderr)
-        return 2
     from noetl.store.credentials import check_scope
 
-    scope = check_scope({"paths": args.scope or ["*"], "inline": args.allow_inline,
-                         **_scope_inputs(args)})  # refused before anything is recorded
+    data = _credential_data(args)
+    refusal = weak_refusal(args.name, data, args.kind, " (or --allow-weak)")
+    if refusal and not getattr(args, "allow_weak", False):
+        print(f"noetl: {refusal}", file=sys.stderr)
+        return 2
+    scope = check_scope(_scope(args))  # refused before anything is recorded
     await record_credential_access(
         bus, action="credential.put", credential=args.name, who=who or "anonymous",
         outcome="stored", kind=args.kind, remote="cli",
@@ -157,14 +165,13 @@ async def _credentials_as_principal(nc: Any, args: argparse.Namespace) -> int:
         except ValueError as e:
             print(f"noetl: {e}", file=sys.stderr)
             return 2
-        scope = {"paths": args.scope or ["*"], "inline": args.allow_inline, **inputs}
-        body |= {"kind": args.kind, "scope": scope, "allow_weak": bool(getattr(args, "allow_weak", False))}
+        allow_weak = bool(getattr(args, "allow_weak", False))
+        body |= {"kind": args.kind, "scope": _scope(args, inputs), "allow_weak": allow_weak}
     out = await call_service(nc, f"noetl.api.credentials.{args.action}", body)
     if (code := refusal_exit(out)) is not None:
         return code
     if args.action == "list":
-        for entry in out.get("credentials") or []:
-            print(f"{entry['name']}\t{entry.get('kind')}")
+        _print_entries(out.get("credentials") or [])
     else:
         _print_json(out)
     return 0

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from noetl.dsl.errors import ForbiddenError, KeychainUnresolvedError, NoSuchEntityError, RequestInvalidError
-from noetl.events.masking import weak_secrets
+from noetl.events.masking import weak_refusal
 from noetl.server.api.context import auth_of, body_error, ctx_of, error, json_body
 from noetl.store.audit import record_credential_access
 from noetl.store.credentials import check_name, check_scope
@@ -92,9 +92,8 @@ async def put_credential(request: Request) -> Response:
         scope = check_scope(body.get("scope"))
     except ValueError as e:
         return error(400, RequestInvalidError, str(e))
-    if weak := weak_secrets(body["data"], kind):
-        why = "; ".join(weak)
-        return error(400, RequestInvalidError, f"credential {name!r} holds {why}: use a stronger secret")
+    if refusal := weak_refusal(name, body["data"], kind):  # type: ignore[arg-type]
+        return error(400, RequestInvalidError, refusal)
     try:
         await ctx_of(request).credentials.put(name, kind, body["data"], scope)
     except KeychainUnresolvedError as e:

@@ -37,6 +37,7 @@ from noetl.events.nats_port import NatsBus
 from noetl.events.port import Bus
 from noetl.events.runtime import package_version
 from noetl.server.api.micro_reads import endpoints as read_endpoints
+from noetl.server.api.micro_reads import request_object
 from noetl.server.api.queries import (
     execution_namespace,
     execution_status,
@@ -84,18 +85,6 @@ async def _reply(req: Request, body: dict[str, Any], status: int = 200) -> None:
         return
     message = str((body.get("error") or {}).get("message") or "error")[:500].replace("\n", " ")
     await req.respond_error(str(status), message, data=data)
-
-
-def _object(req: Request) -> dict[str, Any] | None:
-    """The request's JSON object; an empty request (``nats req subject ''``) or ``null`` is an
-    empty one, so a list needs no body."""
-    try:
-        body = json.loads(req.data or b"{}")
-    except ValueError:
-        return None
-    if body is None:
-        return {}
-    return body if isinstance(body, dict) else None
 
 
 def _execution_id(req: Request) -> str | dict[str, Any]:
@@ -288,7 +277,7 @@ class NatsApiService:
             return
         if not await self._guard(req, eid, principal, "write"):
             return
-        body = _object(req) or {}
+        body = request_object(req) or {}
         options = rerun_options(body)
         if isinstance(options, str):
             await _reply(req, reply_error(RequestInvalidError(options)), 400)
@@ -315,7 +304,7 @@ class NatsApiService:
         principal's NATS user, which may not write the catalog's bucket itself."""
         from noetl.dsl.errors import CatalogConflictError, PlaybookInvalidError
 
-        body = _object(req)
+        body = request_object(req)
         text = body.get("playbook") if body is not None else None
         if not isinstance(text, str) or self.catalog is None:
             await _reply(req, reply_error(RequestInvalidError('send {"playbook": "<YAML text>"}')), 400)
@@ -354,7 +343,7 @@ class NatsApiService:
         expression or time zone, 404 for an unknown schedule)."""
         from noetl.store.schedules import ScheduleStore
 
-        body = _object(req)
+        body = request_object(req)
         if body is None:
             await _reply(req, reply_error(RequestInvalidError("send a JSON object")), 400)
             return

@@ -28,7 +28,7 @@ from noetl.dsl.errors import (
 )
 from noetl.events import subjects as s
 from noetl.events.envelope import loads
-from noetl.events.masking import weak_secrets
+from noetl.events.masking import weak_refusal
 from noetl.events.objects import expand
 from noetl.events.port import Bus
 from noetl.server.api.queries import execution_logs, list_executions
@@ -58,11 +58,15 @@ class Service(Protocol):
     async def _guard(self, req: Request, eid: str, principal: Principal, action: str) -> bool: ...
 
 
-def _body(req: Request) -> dict[str, Any] | None:
+def request_object(req: Request) -> dict[str, Any] | None:
+    """The request's JSON object; an empty request (``nats req subject ''``) or ``null`` is an
+    empty one, so a list needs no body."""
     try:
         body = json.loads(req.data or b"{}")
     except ValueError:
         return None
+    if body is None:
+        return {}
     return body if isinstance(body, dict) else None
 
 
@@ -94,7 +98,7 @@ class _Reads:
 
     async def events(self, req: Request, principal: Principal) -> None:
         """``{execution_id, after?}``: the execution's events after stream position ``after``."""
-        body = _body(req)
+        body = request_object(req)
         eid = body.get("execution_id") if body else None
         if body is None or not isinstance(eid, str):
             await self.bad(req, 'send {"execution_id": "...", "after": <seq, optional>}')
@@ -124,7 +128,7 @@ class _Reads:
 
     async def logs(self, req: Request, principal: Principal) -> None:
         """``{execution_id, step?}``: what each task run printed or logged."""
-        body = _body(req)
+        body = request_object(req)
         eid = body.get("execution_id") if body else None
         step = body.get("step") if body else None
         if body is None or not isinstance(eid, str) or not (step is None or isinstance(step, str)):
@@ -140,7 +144,7 @@ class _Reads:
 
     async def executions(self, req: Request, principal: Principal) -> None:
         """``{status?, path?, limit?, before?}``: the executions of namespaces the caller may read."""
-        body = _body(req)
+        body = request_object(req)
         if body is None:
             await self.bad(req, "send a JSON object")
             return
@@ -157,7 +161,7 @@ class _Reads:
 
     async def catalog_show(self, req: Request, principal: Principal) -> None:
         """``{path, version?}``: a registered playbook's text, for a reader of its namespace."""
-        body = _body(req)
+        body = request_object(req)
         path = body.get("path") if body else None
         version = body.get("version") if body else None
         if not isinstance(path, str) or not (version is None or isinstance(version, str)):
@@ -186,7 +190,7 @@ def _credentials(svc: Service, reply: Reply, action: str) -> Handler:
         if action == "list":
             await reply(req, {"credentials": await store.list()}, 200)
             return
-        body = _body(req) or {}
+        body = request_object(req) or {}
         name = body.get("name")
         try:
             check_name(name)  # type: ignore[arg-type]
@@ -230,10 +234,9 @@ async def _set(store: Any, body: dict[str, Any], reply: Reply, req: Request,
     except ValueError as e:
         await reply(req, reply_error(RequestInvalidError(str(e))), 400)
         return
-    if (weak := weak_secrets(data, kind)) and body.get("allow_weak") is not True:
-        why = "; ".join(weak)
-        await reply(req, reply_error(RequestInvalidError(f"credential {name!r} holds {why}: use a stronger "
-                                                         "secret (or allow_weak)")), 400)
+    refusal = weak_refusal(name, data, kind, " (or allow_weak)")
+    if refusal and body.get("allow_weak") is not True:
+        await reply(req, reply_error(RequestInvalidError(refusal)), 400)
         return
     await audit("stored", kind)
     try:
