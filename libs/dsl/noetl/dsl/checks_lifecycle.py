@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from noetl.dsl.closed import (
-    did_you_mean,
-)
+from noetl.dsl.closed import check_closed, did_you_mean
 from noetl.dsl.names import signal_name_problem
 from noetl.dsl.report import Report, describe, type_name
 from noetl.dsl.yamlload import Path
@@ -54,13 +52,7 @@ def check_lifecycle(lc: Any, path: Path, r: Report) -> None:
     if not isinstance(wait, dict):
         r.add(wpath, f"`await` is `{{signal: NAME, timeout_s: N}}`, found {type_name(wait)}")
         return
-    for key in wait:
-        if key not in AWAIT_KEYS:
-            r.add(
-                (*wpath, key),
-                f"unknown key {describe(key)} in `await`: {_meant(key, AWAIT_KEYS)}"
-                f"it has {', '.join(AWAIT_KEYS)}",
-            )
+    check_closed(wait, wpath, AWAIT_KEYS, "`await`", r, elsewhere=False)
     if "signal" not in wait:
         r.add(wpath, "`await` needs `signal: NAME`, the signal the step waits for (`noetl signal ID NAME`)")
     elif problem := signal_name_problem(wait["signal"]):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from noetl.dsl import legacy
-from noetl.dsl.checks_lifecycle import _meant, check_lifecycle
+from noetl.dsl.checks_lifecycle import check_lifecycle
 from noetl.dsl.checks_rules import check_no_control, check_pool, check_when, contains_control, read_rules
 from noetl.dsl.checks_task import PipelineContext, check_pipeline
 from noetl.dsl.closed import (
@@ -148,13 +148,7 @@ def _check_admit(admit: Any, path: Path, r: Report) -> None:
     if not isinstance(admit, dict):
         r.add(path, f"`admit` is a mapping with `rules`, found {type_name(admit)}")
         return
-    for key in admit:
-        if key not in ADMIT_KEYS:
-            r.add(
-                (*path, key),
-                f"unknown key {describe(key)} in `admit`: {_meant(key, ADMIT_KEYS)}"
-                f"it has {', '.join(ADMIT_KEYS)}",
-            )
+    check_closed(admit, path, ADMIT_KEYS, "`admit`", r, elsewhere=False)
     if admit.get("mode", "exclusive") not in NEXT_MODES:
         r.add((*path, "mode"), f"admission `mode` is exclusive or inclusive, found {describe(admit['mode'])}")
     if "rules" not in admit:
