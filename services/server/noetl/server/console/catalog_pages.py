@@ -17,7 +17,7 @@ from noetl.server.api.context import ctx_of, principal_of
 from noetl.server.api.queries import list_executions
 from noetl.server.console.graph import Graph, layout
 from noetl.server.console.render import page
-from noetl.server.console.signin import _forbidden, form_data, same_origin
+from noetl.server.console.signin import _forbidden, form_data, form_payload, same_origin
 from noetl.store.principals import namespace_of
 
 
@@ -135,14 +135,9 @@ async def start_execution(request: Request) -> Response:
         typed = _typed_payload(form)
     except ValueError as e:
         return await playbook_page(request, error=str(e), form=form, status_code=400)
-    try:
-        payload = json.loads(form.get("payload") or "{}")
-    except ValueError as e:
-        return await playbook_page(request, error=f"the payload is not JSON: {e}", form=form, status_code=400)
-    if not isinstance(payload, dict):
-        return await playbook_page(
-            request, error="the payload must be a JSON object", form=form, status_code=400
-        )
+    payload = form_payload(form)
+    if isinstance(payload, str):
+        return await playbook_page(request, error=payload, form=form, status_code=400)
     payload = {**typed, **payload}  # the raw JSON is the fallback: what it names wins
     body: dict[str, Any] = {"path": form.get("path", ""), "payload": payload}
     if form.get("version"):

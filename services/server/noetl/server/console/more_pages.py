@@ -23,7 +23,7 @@ from noetl.server.api.context import ctx_of, guard_execution, principal_of
 from noetl.server.api.queries import list_executions, valid_execution_id
 from noetl.server.console.fold import duration_ms, fold
 from noetl.server.console.render import page
-from noetl.server.console.signin import _forbidden, form_data, same_origin
+from noetl.server.console.signin import _forbidden, form_data, form_payload, same_origin
 from noetl.server.rerun import Rerun, prepare_rerun, start_rerun
 from noetl.store.audit import record_action
 from noetl.store.principals import namespace_of
@@ -101,14 +101,9 @@ async def rerun_start(request: Request) -> Response:
     if (refused := await _guard_rerun(request, eid)) is not None:
         return refused
     form = await form_data(request)
-    try:
-        payload = json.loads(form.get("payload") or "{}")
-    except ValueError as e:
-        return await rerun_page(request, error=f"the payload is not JSON: {e}", form=form, status_code=400)
-    if not isinstance(payload, dict):
-        return await rerun_page(
-            request, error="the payload must be a JSON object", form=form, status_code=400
-        )
+    payload = form_payload(form)
+    if isinstance(payload, str):
+        return await rerun_page(request, error=payload, form=form, status_code=400)
     ctx = ctx_of(request)
     got = await prepare_rerun(
         ctx.bus,

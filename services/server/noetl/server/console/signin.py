@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -27,6 +28,15 @@ async def form_data(request: Request) -> dict[str, str]:
     """An urlencoded form without python-multipart (the only encoding these forms use)."""
     raw = await read_body(request, 256 * 1024)
     return {k: v[-1] for k, v in parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True).items()}
+
+
+def form_payload(form: dict[str, str]) -> dict[str, Any] | str:
+    """The form's ``payload`` field as a JSON object (empty: ``{}``), or why it is not one."""
+    try:
+        payload = json.loads(form.get("payload") or "{}")
+    except ValueError as e:
+        return f"the payload is not JSON: {e}"
+    return payload if isinstance(payload, dict) else "the payload must be a JSON object"
 
 
 def _safe_next(target: str | None) -> str:
