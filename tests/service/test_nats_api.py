@@ -291,3 +291,41 @@ async def test_schedules_through_the_service(service, nc) -> None:
             if await finished_event(NatsBus(nc), ev["execution_id"]):
                 break
             await asyncio.sleep(0.1)
+
+
+async def test_read_endpoints_refuse_malformed_requests_and_page_events(service) -> None:
+    """The read endpoints the CLI uses as a principal: a malformed request is a 400
+    `request_invalid` naming what to send (never a 30 s time-out or a 500), an unknown execution
+    or playbook a 404, and an execution's events come whole over pages asked with `after`."""
+    user = service["user"]
+    bad: list[tuple[str, Any]] = [
+        ("noetl.api.events", {"execution_id": 7}),
+        ("noetl.api.events", ["not", "an", "object"]),
+        ("noetl.api.logs", {"execution_id": "x", "step": 3}),
+        ("noetl.api.executions", {"status": 1}),
+        ("noetl.api.catalog.show", {"path": None}),
+        ("noetl.api.credentials.set", {"name": "../etc", "data": {}}),
+    ]
+    for subject, body in bad:
+        reply, headers = await request(user, subject, body)
+        assert headers.get("Nats-Service-Error-Code") == "400", (subject, body, reply)
+        assert reply["error"]["kind"] == "request_invalid", (subject, reply)
+    missing = uuid.uuid4().hex
+    for subject, body in (("noetl.api.events", {"execution_id": missing}),
+                          ("noetl.api.catalog.show", {"path": "nowhere/none"})):
+        reply, headers = await request(user, subject, body)
+        assert headers.get("Nats-Service-Error-Code") == "404", reply
+        assert reply["error"]["kind"] == "not_found", reply
+    started, _ = await request(user, "noetl.api.execute", {"playbook": HELLO, "payload": {"name": "Ada"}})
+    stored = await follow_to_finish(user, started["execution_id"])
+    got: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        asked = {"execution_id": started["execution_id"], "after": after}
+        page, _ = await request(user, "noetl.api.events", asked)
+        got += page["events"]
+        after = page["last"]
+        if not page["more"]:
+            break
+    ids = [e["event_id"] for e in got]
+    assert ids[: len(stored)] == [e["event_id"] for e in stored], (len(ids), len(stored))
