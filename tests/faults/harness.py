@@ -87,18 +87,24 @@ async def client(url: str) -> Any:
     return nc
 
 
-async def count_events(nc: Any, subject: str, enough: Callable[[int], bool], timeout: float = 60) -> int:
-    """Wait until the number of events seen on ``subject`` satisfies ``enough``."""
+async def count_events(
+    nc: Any, execution_id: str, name: str, enough: Callable[[int], bool], timeout: float = 60
+) -> int:
+    """Wait until the number of ``name`` events of the execution seen since now satisfies
+    ``enough``: on their own subject or inside a batch (an ``exec: local`` loop's)."""
+    from noetl.events import subjects as s
+    from noetl.events.batches import events_in
+
     seen = 0
     done = asyncio.Event()
 
-    async def cb(_: Any) -> None:
+    async def cb(m: Any) -> None:
         nonlocal seen
-        seen += 1
+        seen += sum(e.get("name") == name for e in events_in(m.data))
         if enough(seen):
             done.set()
 
-    sub = await nc.subscribe(subject, cb=cb)
+    sub = await nc.subscribe(s.execution_events_filter(execution_id), cb=cb)
     try:
         await asyncio.wait_for(done.wait(), timeout)
     finally:

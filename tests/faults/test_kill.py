@@ -88,7 +88,7 @@ async def test_sigkill_worker_mid_parallel_loop(cluster: Cluster) -> None:
     nc = await client(cluster.url)
     try:
         eid = await submit(nc, PARALLEL_LOOP)
-        await count_events(nc, s.execution_event_filter(eid, "loop.iteration.done"), lambda n: n >= 50)
+        await count_events(nc, eid, "loop.iteration.done", lambda n: n >= 50)
         cluster.kill(first)
         cluster.worker(concurrency=20)
         out = await finish(nc, eid)
@@ -108,7 +108,7 @@ async def test_sigkill_server_mid_execution(cluster: Cluster) -> None:
     nc = await client(cluster.url)
     try:
         eid = await submit(nc, chain(40, 0.03))
-        await count_events(nc, s.execution_event_filter(eid, "step.done"), lambda n: n >= 10)
+        await count_events(nc, eid, "step.done", lambda n: n >= 10)
         cluster.kill(first)
         await asyncio.sleep(0.5)  # work finishes while no server runs: its events wait in the stream
         cluster.server()
@@ -142,7 +142,7 @@ async def test_sigkill_server_mid_execution_of_a_playbook_over_1_mib(cluster: Cl
         await ensure_all(js)
         await (await Catalog.open(NatsBus.of(js))).register(text, "big.yaml")
         eid = await submit(nc, path="faults/chain")
-        await count_events(nc, s.execution_event_filter(eid, "step.done"), lambda n: n >= 5)
+        await count_events(nc, eid, "step.done", lambda n: n >= 5)
         cluster.kill(first)
         cluster.server()
         out = await finish(nc, eid)
@@ -163,7 +163,7 @@ async def test_restart_nats_server_mid_execution(cluster: Cluster) -> None:
     nc = await client(cluster.url)
     try:
         eid = await submit(nc, chain(30, 0.05))
-        await count_events(nc, s.execution_event_filter(eid, "step.done"), lambda n: n >= 8)
+        await count_events(nc, eid, "step.done", lambda n: n >= 8)
         cluster.nats.kill()
         await asyncio.sleep(1.0)
         cluster.nats.start()
@@ -185,7 +185,7 @@ async def test_two_workers_share_a_pool_and_sigterm_drains(cluster: Cluster) -> 
     nc = await client(cluster.url)
     try:
         eid = await submit(nc, PARALLEL_LOOP)
-        await count_events(nc, s.execution_event_filter(eid, "loop.iteration.done"), lambda n: n >= 60)
+        await count_events(nc, eid, "loop.iteration.done", lambda n: n >= 60)
         assert cluster.kill(a, signal.SIGTERM) == 0
         out = await finish(nc, eid)
     finally:
@@ -271,7 +271,7 @@ async def test_sigkill_worker_mid_local_loop_resumes_where_it_stopped(
     nc = await client(cluster.url)
     try:
         eid = await submit(nc, local_loop(str(runs_file)))
-        await count_events(nc, s.execution_event_filter(eid, "loop.iteration.done"), lambda n: n >= 50)
+        await count_events(nc, eid, "loop.iteration.done", lambda n: n >= 50)
         cluster.kill(first)
         cluster.worker(concurrency=4)
         out = await finish(nc, eid)

@@ -247,3 +247,32 @@ async def test_a_noop_iteration_writes_few_event_bytes(nc, services) -> None:
         ev = next(e for e in out["events"] if e["name"] == name)
         assert not [k for k, v in ev.items() if v is None], f"{name} carries nulls: {ev}"
         assert "trace_id" not in ev and "ctx_patches" not in ev["payload"], ev
+
+
+async def test_a_local_loop_stores_its_iterations_in_batches(nc, services) -> None:
+    """Issue 29: an ``exec: local`` loop's iterations travel as ``events.batched`` messages
+    (docs/nats-contract.md "Batched events"), which readers unpack into the events a distributed
+    loop writes one by one. Counted on the stream: messages and bytes per iteration; and the
+    unpacked events are complete (every field back, none null)."""
+    js = nc.jetstream()
+    spec = "spec: {mode: parallel, max_in_flight: 16, policy: {exec: local}}"
+    text = NOOP_LOOP.replace("iterator: x}", f"iterator: x, {spec}}}")
+    before = await js.stream_info(s.EVENTS_STREAM)
+    out = await run_and_wait(NatsBus(nc), {"request_id": uuid.uuid4().hex, "playbook": text}, timeout=60)
+    assert out["status"] == "success" and out["result"] == [None] * 200, out["result"]
+    after = await js.stream_info(s.EVENTS_STREAM)
+    messages = after.state.messages - before.state.messages
+    per_iteration = (after.state.bytes - before.state.bytes) / 200
+    names = [e["name"] for e in out["events"]]
+    per_iteration_events = ("loop.iteration.started", "task.started", "task.done", "loop.iteration.done")
+    counts = {n: names.count(n) for n in per_iteration_events}
+    assert set(counts.values()) == {200} and "events.batched" not in names, counts
+    # 800 iteration events in one message per group of ended iterations, plus the server's ~10
+    assert messages < 200 and per_iteration < 1400, (
+        f"{messages} messages and {per_iteration:.0f} stored bytes for 200 iterations"
+    )
+    for name in per_iteration_events:
+        ev = next(e for e in out["events"] if e["name"] == name)
+        assert not [k for k, v in ev.items() if v is None], f"{name} carries nulls: {ev}"
+        assert ev["execution_id"] == out["execution_id"] and ev["source"] == "worker", ev
+        assert ev["step_run_id"] and ev["schema_version"] == 1, ev

@@ -12,6 +12,7 @@ import nats
 import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from noetl.events.batches import events_in
 from noetl.events.nats_port import NatsBus
 from noetl.server.api import NatsApiService
 from noetl.server.service import Server
@@ -68,7 +69,7 @@ async def follow_to_finish(user: Any, execution_id: str) -> list[dict[str, Any]]
     try:
         while True:
             msg = await sub.next_msg(timeout=30)
-            events.append(json.loads(msg.data))
+            events.extend(events_in(msg.data))  # a worker's run: one batch of its events
             if events[-1]["name"] == "workflow.finished":
                 return events
     finally:

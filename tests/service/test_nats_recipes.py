@@ -20,6 +20,7 @@ import pytest
 
 from noetl.client.run import Awaited, run_and_wait, wait_finished
 from noetl.events import subjects as s
+from noetl.events.batches import BATCHED, unbatch
 from noetl.events.ids import execution_id_for
 from noetl.events.nats_port import NatsBus
 from noetl.server.service import Server
@@ -90,9 +91,12 @@ async def test_stream_view_sub_stream_info_consumer_info_kv_get(nc, services) ->
 
     # `nats stream view NOETL_EVENTS --subject 'noetl.events.*.<id>.>'`
     messages = await stream_view(nc, "NOETL_EVENTS", f"noetl.events.*.{eid}.>")
-    events = [json.loads(base64.b64decode(m["data"])) for m in messages]
-    assert [e["name"] for e in events] == [e["name"] for e in out["events"]]
-    for m, e in zip(messages, events, strict=True):
+    stored = [json.loads(base64.b64decode(m["data"])) for m in messages]
+    # a worker's run is one `events.batched` message: its `payload.events` hold the run's events
+    # without the fields they share with it (docs/nats-contract.md, "Batched events")
+    assert [e["name"] for m in stored for e in unbatch(m)] == [e["name"] for e in out["events"]]
+    assert any(m["name"] == BATCHED for m in stored)
+    for m, e in zip(messages, stored, strict=True):
         assert m["subject"] == f"noetl.events.{s.partition_of(eid, s.DEFAULT_PARTITIONS)}.{eid}.{e['name']}"
         assert headers_of(m)["Nats-Msg-Id"] == e["event_id"]  # the duplicate-window key
         assert e["execution_id"] == eid and e["schema_version"] == 1
@@ -103,7 +107,7 @@ async def test_stream_view_sub_stream_info_consumer_info_kv_get(nc, services) ->
     assert cfg["subjects"] == ["noetl.events.>"] and cfg["retention"] == "limits"
     assert cfg["storage"] == "file" and cfg["duplicate_window"] == 30 * 60 * NANOS
     assert cfg["max_age"] == 30 * 24 * 3600 * NANOS  # the default retention, NOETL_EVENTS_MAX_AGE
-    assert info["state"]["messages"] >= len(events)
+    assert info["state"]["messages"] >= len(stored)
     for stream, subjects in (
         ("NOETL_COMMANDS", ["noetl.commands.>"]),
         ("NOETL_REQUESTS", ["noetl.requests.>"]),

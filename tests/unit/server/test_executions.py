@@ -10,6 +10,7 @@ from typing import Any
 
 from noetl.client.run import run_and_wait
 from noetl.events import subjects as s
+from noetl.events.batches import BATCHED, events_of
 from noetl.events.bus import read_execution_events
 from tests.service.test_execution import CHAIN
 
@@ -23,9 +24,14 @@ async def test_an_execution_runs_end_to_end(bus, services) -> None:
     names = [e["name"] for e in out["events"]]
     assert names[0] == "playbook.execution.requested" and names[-1] == "playbook.processed"
     assert {"step.started", "task.started", "task.done", "step.done", "next.evaluated"} <= set(names)
-    # the same events are in the stream, under the documented subjects
+    # the same events are in the stream, under the documented subjects: a worker's run stores
+    # its events in one batch (docs/nats-contract.md "Batched events")
     stored = await bus.read(s.EVENTS_STREAM, [s.execution_events_filter(out["execution_id"])])
-    assert [s.parse_event_subject(m.subject)[1:] for m in stored] == [(out["execution_id"], n) for n in names]
+    unpacked = [(s.parse_event_subject(m.subject)[1:], e["name"]) for m in stored for e in events_of(m.data)]
+    eid = out["execution_id"]
+    assert [n for _, n in unpacked] == names
+    assert all(at in ((eid, n), (eid, BATCHED)) for at, n in unpacked), unpacked
+    assert len(stored) < len(names) and any(m.subject.endswith(BATCHED) for m in stored), unpacked
 
 
 async def test_same_request_id_runs_once(bus, services) -> None:

@@ -11,7 +11,8 @@ from typing import Any
 
 from noetl.engine import is_input
 from noetl.events import subjects as s
-from noetl.events.envelope import Event, dumps, loads, make_event
+from noetl.events.batches import events_of
+from noetl.events.envelope import Event, dumps, make_event
 from noetl.events.memory import MemoryBus
 from noetl.store.catalog import Catalog
 from noetl.worker.service import Worker
@@ -30,11 +31,11 @@ async def run(text: str, *, cancel_after: int | None = None) -> tuple[Driver, li
     worker_events: list[dict[str, Any]] = []
 
     async def on_event(m: Any) -> None:
-        ev = loads(m.data)
-        if ev.get("source") == "worker":
-            worker_events.append(ev)
-            if is_input(ev):
-                await inputs.put(ev)
+        for ev in events_of(m.data):
+            if ev.get("source") == "worker":
+                worker_events.append(dict(ev))
+                if is_input(ev):
+                    await inputs.put(ev)
 
     await bus.subscribe("noetl.events.>", on_event)
     worker = Worker(bus, concurrency=8)

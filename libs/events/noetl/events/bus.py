@@ -192,10 +192,11 @@ async def read_execution_events(bus: Bus, execution_id: str) -> list[Event]:
     """One execution's events in stream order. A payload the engine sent by reference (over the
     event limit) is read back whole, so a large ``workflow.finished`` shows its result and error
     like any other."""
+    from noetl.events.batches import unbatch
     from noetl.events.objects import expand
 
     filters = [s.execution_events_filter(execution_id)]
-    events = [e for _, e in await read_messages(bus, s.EVENTS_STREAM, filters)]
+    events = [x for _, e in await read_messages(bus, s.EVENTS_STREAM, filters) for x in unbatch(e)]
     by_ref = [i for i, e in enumerate(events) if "payload_ref" in (e.get("payload") or {})]
     for i in by_ref:
         events[i] = cast(Event, await expand(bus, dict(events[i])))

@@ -146,6 +146,10 @@ def _decode(data: bytes | str, adapter: TypeAdapter[Any], what: str) -> dict[str
         obj = loads(data)
     except ValueError as e:
         raise WireError(f"{what} is not JSON: {e}") from None
+    return _check(obj, adapter, what)
+
+
+def _check(obj: Any, adapter: TypeAdapter[Any], what: str) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise WireError(f"{what} is a JSON {type(obj).__name__}, not an object")
     try:
@@ -173,6 +177,12 @@ def decode_event(data: bytes | str) -> Event:
     Fields a newer writer added are kept and ignored (open world); a newer major version is
     refused rather than misread."""
     return _decode(data, _EVENT, "event")  # type: ignore[return-value]
+
+
+def check_event(obj: Any) -> Event:
+    """An event that entered inside another message (a batch's): checked as ``decode_event``
+    checks one that came on its own."""
+    return _check(obj, _EVENT, "event")  # type: ignore[return-value]
 
 
 def decode_command(data: bytes | str) -> Command:

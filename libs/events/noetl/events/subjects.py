@@ -55,6 +55,8 @@ DEFAULT_POOL = "default"
 
 # The events the server decides on, declared with the rest of the names in the vocabulary.
 SERVER_INPUT_EVENTS = vocabulary.SERVER_INPUT_EVENTS
+# what the server reads for its inputs: they may also come inside a batch (noetl.events.batches)
+INPUT_SUBJECT_NAMES = (*SERVER_INPUT_EVENTS, vocabulary.EVENTS_BATCHED)
 
 
 def partition_of(execution_id: str, partitions: int = 1) -> int:
@@ -107,11 +109,11 @@ def execution_event_filter(execution_id: str, name: str) -> str:
 
 
 def partition_input_filters(partition: int) -> list[str]:
-    return [f"noetl.events.{partition}.*.{n}" for n in SERVER_INPUT_EVENTS]
+    return [f"noetl.events.{partition}.*.{n}" for n in INPUT_SUBJECT_NAMES]
 
 
 def execution_input_filters(execution_id: str) -> list[str]:
-    return [f"noetl.events.*.{execution_id}.{n}" for n in SERVER_INPUT_EVENTS]
+    return [f"noetl.events.*.{execution_id}.{n}" for n in INPUT_SUBJECT_NAMES]
 
 
 def timer_subject(execution_id: str, timer_id: str) -> str:

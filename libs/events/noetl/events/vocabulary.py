@@ -51,6 +51,8 @@ EventName = Literal[
     "loop.iteration.done",
     "loop.iteration.failed",
     "loop.local.stopped",
+    # a stored message holding many events (noetl.events.batches): readers see the events it holds
+    "events.batched",
 ]
 
 EVENT_NAMES: Final[frozenset[str]] = frozenset(get_args(EventName))
@@ -71,6 +73,7 @@ ITERATION_STARTED: Final = "loop.iteration.started"
 ITERATION_DONE: Final = "loop.iteration.done"
 ITERATION_FAILED: Final = "loop.iteration.failed"
 LOCAL_LOOP_STOPPED: Final = "loop.local.stopped"
+EVENTS_BATCHED: Final = "events.batched"
 NEXT_EVALUATED: Final = "next.evaluated"
 TASK_STARTED: Final = "task.started"
 TASK_DONE: Final = "task.done"

@@ -221,16 +221,14 @@ async def _follow(bus: Bus, execution_id: str, progress: Progress, finished: asy
     ``playbook.processed``, once per execution: without it the end was only known from an empty
     read, which made every run wait one more ``interval`` (100 ms) after its result was in."""
     from noetl.events import subjects as s
-    from noetl.events.envelope import loads
+    from noetl.events.batches import BATCHED, events_in
     from noetl.events.objects import is_reference, resolve
 
+    names = None if progress.live else ("step.scheduled", "task.done", "step.waiting", "playbook.processed")
     subjects = (
         [s.execution_events_filter(execution_id)]
-        if progress.live
-        else [
-            s.execution_event_filter(execution_id, n)
-            for n in ("step.scheduled", "task.done", "step.waiting", "playbook.processed")
-        ]
+        if names is None
+        else [s.execution_event_filter(execution_id, n) for n in (*names, BATCHED)]
     )
     reader = await bus.reader(s.EVENTS_STREAM, subjects)
     try:
@@ -241,13 +239,9 @@ async def _follow(bus: Bus, execution_id: str, progress: Progress, finished: asy
                     return
                 progress.tick()
                 continue
-            for msg in msgs:
-                try:
-                    ev = loads(msg.data)
-                except ValueError:
-                    continue
-                if not isinstance(ev, dict):
-                    continue
+            for ev in (e for msg in msgs for e in events_in(msg.data)):
+                if names is not None and ev.get("name") not in names:
+                    continue  # the rest of a batch
                 p = ev.get("payload")
                 if isinstance(p, dict) and is_reference(p.get("output")):
                     with contextlib.suppress(Exception):  # shown as "stored by reference" instead

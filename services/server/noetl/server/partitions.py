@@ -15,8 +15,9 @@ from noetl.dsl.errors import DecisionUnstorableError
 from noetl.engine import ExecutionState, decide, is_input, new_state
 from noetl.engine.fold import replay
 from noetl.events import subjects as s
-from noetl.events import supervise
-from noetl.events.envelope import Event, WireError, decode_event, loads
+from noetl.events import supervise, vocabulary
+from noetl.events.batches import decode_events, events_of
+from noetl.events.envelope import Event, WireError
 from noetl.events.port import BusError, BusUnavailableError, Message, ReaderLostError
 from noetl.events.retry import Backoff, describe, is_transient, retrying
 from noetl.server.lanes import SLOW_DECISION_S, may_render_long, off_loop
@@ -25,6 +26,7 @@ from noetl.server.storing import DecisionStoring, Outputs
 
 log = logging.getLogger("noetl.server")
 
+_INPUTS = frozenset(vocabulary.SERVER_INPUT_EVENTS)  # what the engine reads of a batch
 _TO_LANE: Any = object()  # a decision left to the execution's new lane (``_decide_batch``)
 
 
@@ -217,26 +219,29 @@ class PartitionReading(DecisionStoring):
         todo: list[tuple[int, Event, ExecutionState]] = []
         for msg in batch:
             try:
-                event = decode_event(msg.data)
+                events = decode_events(msg.data, _INPUTS)
             except WireError as e:
                 (log.error if e.newer else log.warning)("ignored a message on %s: %s", msg.subject, e)
                 continue
-            if not is_input(event):
-                continue
-            if event.get("execution_id") in self.lanes:
-                self.lanes.put(event["execution_id"], msg.seq, event)
-                continue
-            try:
-                # NATS failures are waited out inside, so an input is never skipped for want of I/O
-                state = await self._state_for(event, msg.seq, partition)
-            except Exception:
-                log.exception(
-                    "engine failed on event %s (%s); ignored", event.get("event_id"), event.get("name")
-                )
-                continue
-            if state is not None:
-                todo.append((msg.seq, event, state))
+            for event in events:
+                if is_input(event):
+                    await self._add_input(todo, partition, msg.seq, event)
         return todo
+
+    async def _add_input(
+        self, todo: list[tuple[int, Event, ExecutionState]], partition: int, seq: int, event: Event
+    ) -> None:
+        if event.get("execution_id") in self.lanes:
+            self.lanes.put(event["execution_id"], seq, event)
+            return
+        try:
+            # NATS failures are waited out inside, so an input is never skipped for want of I/O
+            state = await self._state_for(event, seq, partition)
+        except Exception:
+            log.exception("engine failed on event %s (%s); ignored", event.get("event_id"), event.get("name"))
+            return
+        if state is not None:
+            todo.append((seq, event, state))
 
     async def _state_for(self, event: Event, seq: int, partition: int) -> ExecutionState | None:
         """The state ``event`` is decided on, read or rebuilt when not in memory; None when there
@@ -304,5 +309,6 @@ class PartitionReading(DecisionStoring):
         finally:
             with contextlib.suppress(Exception):
                 await reader.close()
-        state, _ = replay([await self.catalog.with_playbook_text(loads(m.data)) for m in msgs])
+        events = [e for m in msgs for e in events_of(m.data, _INPUTS)]
+        state, _ = replay([await self.catalog.with_playbook_text(e) for e in events])
         return state

@@ -1,7 +1,8 @@
 """The events of one command, and its terminal event, whose ack confirms the rest.
 
 A run's events before its terminal one (``step.started``, ``task.*``) are for people and tools,
-not for the engine: they go out without waiting and are confirmed with the terminal event
+not for the engine: they are collected and go out with the terminal event, one stored message
+for a short run (``noetl.events.batches``), and are confirmed with it
 (``noetl.events.outbox``). Event ids derive from the command id, so a command that runs again
 after a worker died publishes the same ids and JetStream keeps the first of each.
 
@@ -15,6 +16,7 @@ from typing import Any
 
 from noetl.dsl.errors import PayloadTooLargeError
 from noetl.events import vocabulary as vocab
+from noetl.events.batches import BatchingOutbox
 from noetl.events.envelope import Command, EntityType, Event, EventName, Status
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
@@ -39,7 +41,9 @@ class CommandEvents:
         self.ctx, self.cmd, self.masker = ctx, cmd, masker
         self.cid, self.index = cmd["command_id"], cmd.get("index")
         self.shared = outbox is not None
-        self.writer = ctx.writer(cmd, outbox)
+        # a run of its own: its events go out with its terminal event, in one message when the
+        # run is short (noetl.events.batches; a long task's start still shows within 20 ms)
+        self.writer = ctx.writer(cmd, outbox or BatchingOutbox(ctx.outbox(), cmd["step"]))
 
     async def event(
         self,

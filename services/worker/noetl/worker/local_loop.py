@@ -16,34 +16,42 @@ from noetl.dsl.model import Playbook, Step
 from noetl.dsl.policy import apply_patch
 from noetl.dsl.reducers import apply_reduced
 from noetl.events import subjects as s
-from noetl.events.envelope import Command, loads
+from noetl.events.batches import BATCHED, BatchingOutbox, events_in
+from noetl.events.envelope import Command
 from noetl.events.ids import derive_id
 from noetl.events.masking import Masker
 from noetl.events.objects import is_reference, resolve
-from noetl.events.port import EventOutbox
 from noetl.events.retry import retrying
 from noetl.worker.command import CommandRun
 from noetl.worker.command_events import CommandEvents
 from noetl.worker.lifecycle import RunContext
 
-LOCAL_CONFIRM_EVERY = 1024  # plain messages between a local loop's confirmations
+# batches between a local loop's confirmations: what the outbox keeps for a resend (~4 MiB)
+LOCAL_CONFIRM_EVERY = 16
 
 
-class SharedOutbox:
-    """An outbox the concurrent iterations of one local loop share: a send and a confirmation
-    never interleave, so a confirmation never forgets a message sent while it waited."""
+class _Settling:
+    """When the iterations' events go out: an iteration that ended waits for its batch, and the
+    batch goes as soon as every running iteration has ended (group commit: a sequential loop
+    sends one message per iteration, 64 noop iterations at once one for all), or when the
+    outbox's age limit passes because some iteration still runs."""
 
-    def __init__(self, outbox: EventOutbox) -> None:
-        self._outbox = outbox
-        self._lock = asyncio.Lock()
+    def __init__(self, outbox: BatchingOutbox) -> None:
+        self.outbox = outbox
+        self.running = 0  # started and not yet out
+        self.waiting = 0  # ended, waiting for their batch
 
-    async def send(self, subject: str, data: bytes, msg_id: str, *, ack: bool = False) -> None:
-        async with self._lock:
-            await self._outbox.send(subject, data, msg_id, ack=ack)
+    async def ended(self) -> None:
+        self.waiting += 1
+        try:
+            if self.waiting >= self.running:
+                await self.outbox.flush()
+            await self.outbox.flushed()
+        finally:
+            self.waiting -= 1
 
-    async def confirm(self) -> None:
-        async with self._lock:
-            await self._outbox.confirm()
+    def left(self) -> None:
+        self.running -= 1
 
 
 class LocalLoop:
@@ -118,16 +126,16 @@ class LocalLoop:
         """Iterations whose terminal event is stored: a redelivered loop does not run them again,
         and starts the others with the ctx their writes left."""
         exec_id, run_id = self.cmd["execution_id"], self.cmd["step_run_id"]
-        filters = [
-            s.execution_event_filter(exec_id, n) for n in ("loop.iteration.done", "loop.iteration.failed")
-        ]
+        terminal = ("loop.iteration.done", "loop.iteration.failed")
+        filters = [s.execution_event_filter(exec_id, n) for n in (*terminal, BATCHED)]
         msgs = await retrying(
             lambda: self.run_ctx.bus.read(s.EVENTS_STREAM, filters), "reading ended iterations"
         )
         ended: set[int] = set()
-        for m in msgs:
-            e = loads(m.data)
-            index = (e.get("payload") or {}).get("index") if isinstance(e, dict) else None
+        for e in (e for m in msgs for e in events_in(m.data)):
+            if e.get("name") not in terminal:
+                continue
+            index = (e.get("payload") or {}).get("index")
             if isinstance(index, int) and e.get("step_run_id") == run_id and index not in ended:
                 ended.add(index)
                 self._fold(index, list((e.get("payload") or {}).get("ctx_patches") or []))
@@ -143,12 +151,12 @@ class LocalLoop:
         items = await self._items()
         ended = await self._ended() if redelivered else set()
         slots = asyncio.Semaphore(max(1, int(self.local.get("max_in_flight") or 1)))
-        # one outbox for every iteration, confirmed every LOCAL_CONFIRM_EVERY plain messages and
-        # at the end (the command's ack waits for that): an iteration whose events a crash lost
-        # runs again at the redelivery. The interval only bounds what the outbox keeps for a
-        # resend (~0.5 MB): while one confirmation waits for its ack, every iteration of the loop
-        # waits, so every 64 messages (16 iterations) cost the loop a round trip.
-        outbox = SharedOutbox(self.run_ctx.outbox(confirm_every=LOCAL_CONFIRM_EVERY))
+        # one outbox for every iteration, its events stored in batches (noetl.events.batches) and
+        # confirmed at the end (the command's ack waits for that): an iteration whose events a
+        # crash lost runs again at the redelivery. An iteration keeps its slot until its events
+        # are out, so no more iterations than run at once can be lost that way.
+        outbox = BatchingOutbox(self.run_ctx.outbox(confirm_every=LOCAL_CONFIRM_EVERY), self.cmd["step"])
+        settling = _Settling(outbox)
         running: set[asyncio.Task[None]] = set()
         failed = False
         errors: list[Exception] = []
@@ -163,10 +171,12 @@ class LocalLoop:
                 )
                 ok = await run.run(redelivered)
                 ok = self._fold(i, run.ctx_patches) and ok
+                await settling.ended()
             except Exception as e:  # a fault, not an outcome: no new start, then redelivery
                 errors.append(e)
             finally:
                 failed = failed or not ok  # before the slot is free: the next start sees it
+                settling.left()
                 slots.release()
 
         skipped: list[int] = []
@@ -178,6 +188,7 @@ class LocalLoop:
                 slots.release()
                 skipped = [j for j in range(i, len(items)) if j not in ended]
                 break
+            settling.running += 1
             task = asyncio.create_task(one(i))
             running.add(task)
             task.add_done_callback(running.discard)

@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from noetl.events import subjects as s
-from noetl.events.envelope import loads
+from noetl.events.batches import events_in
 from noetl.events.port import Bus, Message
 
 END_EVENT = "playbook.processed"
@@ -40,8 +40,7 @@ async def follow_events(
     filters = [s.execution_events_filter(execution_id)]
     start_seq = 1
     if after_event_id or not follow:
-        decoded = [(m.seq, _decoded(m)) for m in await bus.read(s.EVENTS_STREAM, filters)]
-        stored = [(seq, ev) for seq, ev in decoded if isinstance(ev, dict)]
+        stored = [(m.seq, ev) for m in await bus.read(s.EVENTS_STREAM, filters) for ev in events_in(m.data)]
         ids = [ev.get("event_id") for _, ev in stored]
         skip = ids.index(after_event_id) + 1 if after_event_id in ids else 0
         if not follow:
@@ -49,26 +48,23 @@ async def follow_events(
                 yield ev
             return
         if skip:  # go on from the stream position after it: what was stored since comes next
-            start_seq = stored[skip - 1][0] + 1
+            seq = stored[skip - 1][0]
+            for at, ev in stored[skip:]:
+                if at != seq:
+                    break
+                yield ev  # the rest of a batch the client had a part of
+            start_seq = seq + 1
     paced = _paced(bus.follow(s.EVENTS_STREAM, filters, start_seq=start_seq), stop, idle)
     async with contextlib.aclosing(paced):  # a client gone mid-stream closes the reader now, not at GC
         async for m in paced:
             if m is None:
                 yield None
                 continue
-            ev = _decoded(m)
-            if not isinstance(ev, dict):
-                continue
-            yield ev
-            if ev.get("name") == END_EVENT:
-                return
+            for ev in events_in(m.data):
+                yield ev
+                if ev.get("name") == END_EVENT:
+                    return
 
-
-def _decoded(m: Message) -> Any:
-    try:
-        return loads(m.data)
-    except ValueError:
-        return None
 
 
 async def _paced(

@@ -27,7 +27,7 @@ from noetl.dsl.errors import (
     reply_error,
 )
 from noetl.events import subjects as s
-from noetl.events.envelope import loads
+from noetl.events.batches import events_of
 from noetl.events.masking import weak_refusal
 from noetl.events.objects import expand
 from noetl.events.port import Bus
@@ -112,17 +112,18 @@ class _Reads:
         size, last, more = 0, after, False
         for m in msgs:
             try:
-                ev = loads(m.data)
+                stored = events_of(m.data)
             except ValueError:
                 last = m.seq  # not an event: skipped, as every reader skips it
                 continue
-            if "payload_ref" in (ev.get("payload") or {}):
-                ev = await expand(bus, dict(ev))
-            size += len(json.dumps(ev, default=str))
+            # a batch's events go on one page together: ``after`` counts stored messages
+            evs: list[dict[str, Any]] = [dict(e) for e in stored]
+            evs = [await expand(bus, e) if "payload_ref" in (e.get("payload") or {}) else e for e in evs]
+            size += sum(len(json.dumps(ev, default=str)) for ev in evs)
             if page and size > PAGE_BYTES:
                 more = True
                 break
-            page.append(ev)
+            page.extend(evs)
             last = m.seq
         await self.reply(req, {"events": page, "last": last, "more": more}, 200)
 

@@ -23,6 +23,7 @@ from noetl.client.view import output_of, waiting_for
 from noetl.dsl.cache import parse_playbook
 from noetl.dsl.errors import RequestInvalidError, brief, reply_error
 from noetl.events import subjects as s
+from noetl.events.batches import events_of
 from noetl.events.bus import read_execution_events
 from noetl.events.envelope import loads
 from noetl.events.port import Bus
@@ -46,7 +47,7 @@ def valid_execution_id(execution_id: str) -> bool:
 
 async def _read(bus: Bus, filters: list[str]) -> list[tuple[int, Any]]:
     """(seq, decoded event) of every event matching ``filters``, in stream order."""
-    return [(m.seq, loads(m.data)) for m in await bus.read(s.EVENTS_STREAM, filters)]
+    return [(m.seq, e) for m in await bus.read(s.EVENTS_STREAM, filters) for e in events_of(m.data)]
 
 
 def _summary_of(requested: Mapping[str, Any] | None, finished: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -324,7 +325,7 @@ async def _stalls(
                 msg = await bus.last(s.EVENTS_STREAM, s.execution_events_filter(eid))
                 if msg is None:
                     return
-                last = loads(msg.data)
+                last = events_of(msg.data)[-1]  # a batch's last event
                 if requested is not None:
                     item["stalled"] = _assess(last, requested.get(eid), item, pools, workers)
                 elif _assess(last, None, item, pools, workers) is not None:
