@@ -291,7 +291,7 @@ USED_BY = {
     "ack_wait": "worker",
     "max_deliver": "worker",
     "allow_script": "worker",
-    "gc_tune": "server, worker",
+    "gc_tune": "server, worker, `noetl run`",
     "uvloop": "server, worker",
     "credentials_key": "worker, server API, `noetl credentials`",
     "credentials_key_file": "worker, server API, `noetl credentials`",

@@ -22,6 +22,7 @@ import webbrowser
 from pathlib import Path
 from typing import Any
 
+from noetl.cli import heap
 from noetl.cli.pools import PoolWatch, playbook_pools
 from noetl.events.bus import connect
 from noetl.events.connection import check_server
@@ -188,6 +189,7 @@ async def run_embedded(
         worker = Worker(bus, credentials=creds, concurrency=32)
         await server.start()
         await worker.start()
+        heap.release()  # started: what start-up built leaves the collector's view
         pools = _pools(text, file, catalog_dir)
         watch = await _start_pool_workers(bus, creds, worker.pool, pools, pool_workers)
         request = await _request(catalog, text, file, payload)

@@ -93,6 +93,16 @@ def signals_interrupt(*signums: int) -> Iterator[None]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``noetl run``: the playbook validated, then run on a private NATS of its own."""
+    from noetl.cli import heap
+
+    heap.hold()  # released once the private server and worker run (noetl.cli.heap)
+    try:
+        return _run(args)
+    finally:
+        heap.release()
+
+
+def _run(args: argparse.Namespace) -> int:
     read = _read_valid(args)
     if isinstance(read, int):
         return read
