@@ -12,8 +12,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-# never needed by a noop run: task kinds, the HTTP API, the cron parser, urllib's HTTP client
-HEAVY = ("duckdb", "asyncpg", "httpx", "uvicorn", "starlette", "croniter", "urllib.request")
+# never needed by a noop run: task kinds, the HTTP API, the cron parser, urllib's HTTP client,
+# the settings model (every setting of a noop run is at its default: ``settings.DEFAULTS``)
+HEAVY = (
+    "duckdb",
+    "asyncpg",
+    "httpx",
+    "uvicorn",
+    "starlette",
+    "croniter",
+    "urllib.request",
+    "pydantic_settings",
+    "noetl.events.settings_model",
+)
 
 RUN = """
 import json, sys
