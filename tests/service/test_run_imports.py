@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 # never needed by a noop run: task kinds, the HTTP API, the cron parser, urllib's HTTP client,
-# the settings model (every setting of a noop run is at its default: ``settings.DEFAULTS``)
+# the settings model (every setting of a noop run is at its default: ``settings.DEFAULTS``), the
+# whole playbook document model (the run's is built for its one kind: ``dsl.document_variants``)
 HEAVY = (
     "duckdb",
     "asyncpg",
@@ -24,6 +25,7 @@ HEAVY = (
     "urllib.request",
     "pydantic_settings",
     "noetl.events.settings_model",
+    "noetl.dsl.document",
 )
 
 RUN = """
