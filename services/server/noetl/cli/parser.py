@@ -33,6 +33,17 @@ class _Parser(argparse.ArgumentParser):
         return super().format_help()
 
 
+class _Version(argparse._VersionAction):
+    """``--version``, asking the installed distribution's metadata only when given: reading it
+    (``importlib.metadata``) cost every command ~10 ms of its start-up."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        from noetl.cli.main import version
+
+        self.version = f"noetl {version()}"
+        super().__call__(parser, *args, **kwargs)
+
+
 def _add_replicas(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--replicas",
@@ -47,7 +58,6 @@ def build_parser() -> argparse.ArgumentParser:
     """Every command's options: this module's commands in groups (a function each, in the order
     `noetl --help` lists them), then the command modules' own."""
     # the commands live in main (the start-up) and the command modules, which import this one
-    from noetl.cli.main import version
     from noetl.events.settings import CONFIG_ENV, setting
 
     ap: argparse.ArgumentParser = _Parser(
@@ -57,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
-    ap.add_argument("--version", action="version", version=f"noetl {version()}")
+    ap.add_argument("--version", action=_Version)
     ap.add_argument(
         "--config",
         metavar="FILE",
