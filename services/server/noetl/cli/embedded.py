@@ -28,7 +28,6 @@ from noetl.events.bus import connect
 from noetl.events.connection import check_server
 from noetl.events.nats_port import NatsBus
 from noetl.events.port import Bus
-from noetl.events.streams import ensure_all
 from noetl.host.natsserver import NatsServer
 from noetl.store.catalog import Catalog
 
@@ -177,8 +176,8 @@ async def run_embedded(
         nc = await connect(ns.url, name="noetl-run")
         # a nats-server found on PATH (Debian's is 2.9) would run playbooks whose timers never fire
         await check_server(nc, "run")
-        await ensure_all(nc.jetstream())
         bus = NatsBus(nc)  # the one adapter every part of this run shares
+        await bus.prepare()  # once for all of them: the server and worker find it done
         creds = await CredentialStore.open(bus, generate_key())
         if credentials_file:
             await _put_credentials(creds, credentials_file, _declared_kinds(text, file))
