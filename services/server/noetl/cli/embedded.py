@@ -159,14 +159,17 @@ async def run_embedded(
     timeout: float | None = None,
     ui: bool = False,
     progress: Any = None,
+    nats: NatsServer | None = None,
 ) -> dict[str, Any]:
-    """``progress``: a ``noetl.cli.progress.Progress`` that draws the execution's events."""
+    """``progress``: a ``noetl.cli.progress.Progress`` that draws the execution's events;
+    ``nats``: a private nats-server already launched (``noetl run`` starts it first, to boot
+    while it imports and validates), else one is started here. Either is stopped here."""
     from noetl.cli.progress import run_with_progress
     from noetl.server.service import Server
     from noetl.store.credentials import CredentialStore, generate_key
     from noetl.worker.service import Worker
 
-    ns = NatsServer().start()
+    ns = nats.ready() if nats is not None else NatsServer().start()
     nc = None
     server = worker = None
     console: list[Any] = []
