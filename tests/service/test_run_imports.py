@@ -15,7 +15,8 @@ from pathlib import Path
 # never needed by a noop run: task kinds, the HTTP API, the cron parser, urllib's HTTP client,
 # the settings model (every setting of a noop run is at its default: ``settings.DEFAULTS``), the
 # whole playbook document model (the run's is built for its one kind: ``dsl.document_variants``),
-# cryptography (the credentials' cipher is made when a credential is first stored or read)
+# cryptography (the credentials' cipher is made when a credential is first stored or read), the
+# browser opener (--ui only)
 HEAVY = (
     "duckdb",
     "asyncpg",
@@ -28,6 +29,7 @@ HEAVY = (
     "noetl.events.settings_model",
     "noetl.dsl.document",
     "cryptography",
+    "webbrowser",
 )
 
 RUN = """

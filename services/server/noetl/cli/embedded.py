@@ -18,7 +18,6 @@ import signal
 import sys
 import threading
 import uuid
-import webbrowser
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +266,8 @@ async def _run_with_console(
     # the token is this run's own, made a moment ago: printing it is how the person gets in
     print(f"noetl: console at {link}", file=sys.stderr)
     if _has_display():
+        import webbrowser  # here: only --ui opens a browser, and the module costs every run ~2 ms
+
         threading.Thread(target=webbrowser.open, args=(link,), daemon=True).start()
     out = await run_with_progress(bus, request, timeout, progress)
     print(
