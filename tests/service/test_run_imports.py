@@ -74,3 +74,17 @@ def test_private_nats_server_imports_no_settings_model() -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip() == "[]"
+
+
+def test_building_the_parser_imports_no_validator() -> None:
+    """Every command builds the whole parser first; the validator (pydantic, jinja2, yaml) loads
+    in the commands that validate, after ``noetl run`` has held the garbage collector off."""
+    code = (
+        "import sys\n"
+        "from noetl.cli.parser import build_parser\n"
+        "build_parser().parse_args(['run', 'x.yaml'])\n"
+        "print([m for m in ('pydantic', 'noetl.dsl.validate', 'jinja2') if m in sys.modules])\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "[]"
