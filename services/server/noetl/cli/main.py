@@ -98,7 +98,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     heap.hold()  # released once the private server and worker run (noetl.cli.heap)
     nats = _launch_nats()
     try:
-        return _run(args, nats)
+        # a SIGTERM/SIGHUP while it validates still ends the process by that signal, but not
+        # before the nats-server launched early, in a session of its own, is stopped
+        with signals_interrupt(signal.SIGTERM, signal.SIGHUP):
+            return _run(args, nats)
+    except Interrupted as e:
+        if nats is not None:
+            nats.stop()
+        signal.signal(e.signum, signal.SIG_DFL)
+        os.kill(os.getpid(), e.signum)
+        raise
     finally:
         if nats is not None:
             nats.stop()  # a run that ended before using it (already stopped: nothing more)
