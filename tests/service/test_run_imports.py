@@ -12,8 +12,25 @@ import subprocess
 import sys
 from pathlib import Path
 
-# never needed by a noop run: task kinds, the HTTP API, the cron parser, urllib's HTTP client
-HEAVY = ("duckdb", "asyncpg", "httpx", "uvicorn", "starlette", "croniter", "urllib.request")
+# never needed by a noop run: task kinds, the HTTP API, the cron parser, urllib's HTTP client,
+# the settings model (every setting of a noop run is at its default: ``settings.DEFAULTS``), the
+# whole playbook document model (the run's is built for its one kind: ``dsl.document_variants``),
+# cryptography (the credentials' cipher is made when a credential is first stored or read), the
+# browser opener (--ui only)
+HEAVY = (
+    "duckdb",
+    "asyncpg",
+    "httpx",
+    "uvicorn",
+    "starlette",
+    "croniter",
+    "urllib.request",
+    "pydantic_settings",
+    "noetl.events.settings_model",
+    "noetl.dsl.document",
+    "cryptography",
+    "webbrowser",
+)
 
 RUN = """
 import json, sys
@@ -53,6 +70,20 @@ def test_private_nats_server_imports_no_settings_model() -> None:
         "with NatsServer(sync_interval='') as srv:\n"
         "    pass\n"
         "print([m for m in ('pydantic', 'noetl.dsl.validate', 'urllib.request') if m in sys.modules])\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "[]"
+
+
+def test_building_the_parser_imports_no_validator() -> None:
+    """Every command builds the whole parser first; the validator (pydantic, jinja2, yaml) loads
+    in the commands that validate, after ``noetl run`` has held the garbage collector off."""
+    code = (
+        "import sys\n"
+        "from noetl.cli.parser import build_parser\n"
+        "build_parser().parse_args(['run', 'x.yaml'])\n"
+        "print([m for m in ('pydantic', 'noetl.dsl.validate', 'jinja2') if m in sys.modules])\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr[-2000:]

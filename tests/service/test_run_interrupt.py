@@ -4,6 +4,7 @@ the same Ctrl-C had already shut down."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -43,3 +44,43 @@ def test_ctrl_c_during_a_wait_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 130
     assert "409" not in rest and "Server Shutdown" not in rest, rest
     assert rest.strip().splitlines() == ["noetl: interrupted (SIGINT)"], rest
+
+
+SLOW_VALIDATION = """
+import sys, time
+import noetl.dsl.validate as v
+checked = v.validate_text
+def slow(*a, **k):
+    print("validating", file=sys.stderr, flush=True)
+    time.sleep(30)
+    return checked(*a, **k)
+v.validate_text = slow
+from noetl.cli.main import main
+sys.exit(main(["run", sys.argv[1]]))
+"""
+
+
+def test_sigterm_while_validating_leaves_no_nats_server(tmp_path: Path) -> None:
+    """The nats-server is launched before the playbook is validated (it boots meanwhile), in a
+    session of its own: a SIGTERM then must stop it, and still end the process by the signal."""
+    book = tmp_path / "approval.yaml"
+    book.write_text(approval("tests/run_interrupt/early"))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_VALIDATION, str(book)], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stderr is not None
+        assert "validating" in proc.stderr.readline()
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+        servers = [int(pid) for pid in children.stdout.split()]
+        assert servers  # the early nats-server
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == -signal.SIGTERM
+        for pid in servers:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            cmdline = Path(f"/proc/{pid}/cmdline")
+            assert not cmdline.exists() or "nats" not in cmdline.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -222,7 +222,7 @@ def test_no_noetl_variable_is_read_outside_the_settings() -> None:
         p
         for folder in ("libs", "services")
         for p in (ROOT / folder).rglob("*.py")
-        if p.name != "settings.py" or "events" not in p.parts
+        if p.name not in ("settings.py", "settings_model.py") or "events" not in p.parts
     ]
     constants: set[str] = set()  # names bound to "NOETL_..." anywhere (they are imported around)
     for p in sources:
@@ -235,3 +235,27 @@ def test_no_noetl_variable_is_read_outside_the_settings() -> None:
                 if "NOETL_" in arg or arg in constants:
                     found.append(f"{p.relative_to(ROOT)}:{n}: {line.strip()}")
     assert found == []
+
+
+def test_the_defaults_read_without_the_model_are_the_models() -> None:
+    """``setting`` answers a setting nobody gave from ``DEFAULTS``, without building the model
+    (pydantic): the two must hold the same names, in the same order, with the same defaults."""
+    from noetl.events.settings import DEFAULTS
+
+    assert list(DEFAULTS.items()) == [(n, f.default) for n, f in Settings.model_fields.items()]
+
+
+def test_a_setting_nobody_gave_needs_no_pydantic() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys\n"
+        "for k in [k for k in os.environ if k.startswith('NOETL_')]: del os.environ[k]\n"
+        "from noetl.events.settings import setting\n"
+        "assert setting('replicas') is None and setting('events_max_age') == 30 * 86400.0\n"
+        "print([m for m in ('pydantic', 'pydantic_settings') if m in sys.modules])\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "[]"

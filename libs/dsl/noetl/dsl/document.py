@@ -188,10 +188,16 @@ def _tag(value: Any) -> str | None:
     return kind if kind in BUILTIN_MODELS else "plugin"
 
 
+# The built-in kinds whose task models this module builds: every kind when imported by name; the
+# kinds of one playbook in a copy ``noetl.dsl.document_variants`` makes (it sets this first)
+SELECTED_KINDS: frozenset[str] | None = globals().get("SELECTED_KINDS")
+
+
 def _union(template: bool) -> Any:
     members = [
         Annotated[task_model(kind, fields, template), Tag(kind)]
         for kind, fields in BUILTIN_MODELS.items()
+        if SELECTED_KINDS is None or kind in SELECTED_KINDS
         if not (template and kind == "workbook")  # a template cannot itself be a reference
     ]
     members.append(Annotated[PluginTask, Tag("plugin")])

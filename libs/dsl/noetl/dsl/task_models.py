@@ -58,7 +58,9 @@ class KindFields(BaseModel):
     field the kind does not have but authors write anyway (``sql`` for ``query``).
     """
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_group_schema)
+    # built on first use (~1 ms a kind): the checks read only their fields, and validation builds
+    # the models of the kinds a playbook uses (noetl.dsl.document_variants)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_group_schema, defer_build=True)
 
     summary: ClassVar[str] = ""
     one_of: ClassVar[tuple[tuple[str, ...], ...]] = ()

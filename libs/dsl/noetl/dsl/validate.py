@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from noetl.dsl.checks_keychain import check_keychain_refs
 from noetl.dsl.checks_root import check_document
 from noetl.dsl.checks_template import check_templates
-from noetl.dsl.document import PlaybookDocument
+from noetl.dsl.document_variants import document_model
 from noetl.dsl.errors import PlaybookInvalidError, Problem
 from noetl.dsl.model import Playbook
 from noetl.dsl.normalize import normalize
@@ -41,7 +41,7 @@ def _document_path(data: Any, loc: tuple[Any, ...]) -> DocPath:
 
 def _schema_problems(loaded: LoadedYaml, r: Report) -> None:
     try:
-        PlaybookDocument.model_validate(loaded.data)
+        document_model(loaded.data).model_validate(loaded.data)
     except ValidationError as e:
         for err in e.errors(include_url=False):
             r.add(

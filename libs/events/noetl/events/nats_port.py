@@ -53,7 +53,7 @@ from noetl.events.port import (
 )
 from noetl.events.puller import Puller
 from noetl.events.retry import retrying
-from noetl.events.streams import ensure_all, ensure_consumer, ensure_kv, ensure_object_store
+from noetl.events.streams import ensure_all, ensure_consumer, ensure_kv, ensure_object_store, replicas_wanted
 
 log = logging.getLogger("noetl.events")
 
@@ -69,6 +69,7 @@ class NatsBus:
         self.nc = nc
         self.js = nc.jetstream()
         self.replicas = replicas
+        self._prepared: set[int | None] = set()  # the replica counts declared through this bus
 
     @classmethod
     def of(cls, js: JetStreamContext, *, replicas: int | None = None) -> NatsBus:
@@ -228,7 +229,14 @@ class NatsBus:
 
     @ported
     async def prepare(self, replicas: int | None = None) -> None:
-        await ensure_all(self.js, replicas if replicas is not None else self.replicas)
+        """Every stream and bucket, declared once per bus: the parts of one process that share
+        it (``noetl run``'s server and worker) found them already declared, and their second and
+        third declarations were ~20 round trips of its start-up each."""
+        want = replicas_wanted(replicas if replicas is not None else self.replicas)
+        if want in self._prepared:
+            return
+        await ensure_all(self.js, want)
+        self._prepared.add(want)
 
     @ported
     async def subscribe(self, subject: str, cb: Callable[[Message], Awaitable[None]]) -> Any:

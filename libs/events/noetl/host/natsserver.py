@@ -123,12 +123,20 @@ class NatsServer:
         self.port = port or free_port()
         self.monitor_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
+        self._cmd: list[str] = []
+        self._removed = False
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 10.0) -> NatsServer:
+        return self.launch().ready(timeout)
+
+    def launch(self) -> NatsServer:
+        """The process started, not waited for: ``noetl run`` lets it boot while it imports and
+        validates (``ready`` then waits)."""
+        self._removed = False
         config: list[str] = []
         if self.sync_interval:  # no command-line flag for it: a config file with the one setting
             fd, self._config = tempfile.mkstemp(prefix="noetl-nats-", suffix=".conf")
@@ -155,10 +163,17 @@ class NatsServer:
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
+        self._cmd = cmd
+        return self
+
+    def ready(self, timeout: float = 10.0) -> NatsServer:
+        """Once it answers its health check; raises when it exited or did not within ``timeout``."""
+        if self.proc is None:
+            raise RuntimeError("nats-server not launched")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"nats-server exited with {self.proc.returncode}: {' '.join(cmd)}")
+                raise RuntimeError(f"nats-server exited with {self.proc.returncode}: {' '.join(self._cmd)}")
             if _healthy(self.monitor_port):
                 return self
             time.sleep(0.005)
@@ -192,7 +207,8 @@ class NatsServer:
             with contextlib.suppress(OSError):
                 os.unlink(self._config)
             self._config = None
-        if self._own_dir:
+        if self._own_dir and not self._removed:  # once: a second stop spawns no second ``rm``
+            self._removed = True
             _remove_detached(self.store_dir)
 
     def __enter__(self) -> NatsServer:

@@ -14,6 +14,7 @@ name is refused.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -22,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from noetl.dsl.errors import KeychainUnresolvedError
 from noetl.events.port import Bus, KeyValue
@@ -35,8 +35,9 @@ _HOW = f"set {KEY_ENV} (or {KEY_FILE_ENV}) to the key the credentials were store
 
 
 def generate_key() -> str:
-    """A new random key, in the form ``NOETL_CREDENTIALS_KEY`` takes."""
-    return Fernet.generate_key().decode("ascii")
+    """A new random key, in the form ``NOETL_CREDENTIALS_KEY`` takes (``Fernet.generate_key``'s
+    own recipe, without importing cryptography for it)."""
+    return base64.urlsafe_b64encode(os.urandom(32)).decode("ascii")
 
 
 def _key_text(key: bytes | str | None) -> str | None:
@@ -56,12 +57,17 @@ def _key_text(key: bytes | str | None) -> str | None:
     return None
 
 
-def _cipher(key: bytes | str | None) -> MultiFernet | None:
+def _keys(key: bytes | str | None) -> list[bytes] | None:
+    """The keys, checked as ``Fernet`` checks them (32 url-safe base64-encoded bytes), so a bad
+    one is refused at open; the cipher itself is made when first needed (``_Cipher``)."""
     text = _key_text(key)
     if text is None:
         return None
     try:
-        return MultiFernet([Fernet(k.strip().encode("ascii")) for k in text.split(",") if k.strip()])
+        keys = [k.strip().encode("ascii") for k in text.split(",") if k.strip()]
+        if not keys or any(len(base64.urlsafe_b64decode(k)) != 32 for k in keys):
+            raise ValueError("not a Fernet key")
+        return keys
     except (ValueError, UnicodeEncodeError):
         raise KeychainUnresolvedError(
             f"the credentials key is not a valid Fernet key (32 url-safe base64-encoded bytes); "
@@ -202,24 +208,31 @@ def scope_allows(scope: dict[str, Any], path: str | None, digest: str | None = N
 class CredentialStore:
     """Put, get, delete and list keychain entries ``{kind, data}`` by name."""
 
-    def __init__(self, kv: KeyValue, cipher: MultiFernet | None) -> None:
+    def __init__(self, kv: KeyValue, keys: list[bytes] | None) -> None:
         self.kv = kv
-        self._cipher = cipher
+        self._keys = keys
+        self._cipher: Any = None  # a MultiFernet over the keys, made on first use
 
     @classmethod
     async def open(cls, bus: Bus, key: bytes | str | None = None) -> CredentialStore:
         """Open the bucket, creating it when missing; the key as described in the module doc."""
-        cipher = _cipher(key)
-        return cls(await bus.kv(BUCKET, history=5), cipher)
+        keys = _keys(key)
+        return cls(await bus.kv(BUCKET, history=5), keys)
 
     @property
     def can_decrypt(self) -> bool:
-        return self._cipher is not None
+        return self._keys is not None
 
-    def _need_cipher(self, name: str, doing: str) -> MultiFernet:
-        if self._cipher is None:
+    def _need_cipher(self, name: str, doing: str) -> Any:
+        """The cipher, made on first use: importing cryptography cost every ``noetl run`` ~6 ms of
+        its start-up, and most runs never store or read a credential."""
+        if self._keys is None:
             raise KeychainUnresolvedError(f"cannot {doing} credential '{name}': no credentials key; {_HOW}",
                                           entry=name)
+        if self._cipher is None:
+            from cryptography.fernet import Fernet, MultiFernet
+
+            self._cipher = MultiFernet([Fernet(k) for k in self._keys])
         return self._cipher
 
     async def put(
@@ -261,6 +274,8 @@ class CredentialStore:
         if record is None:
             return None
         cipher = self._need_cipher(name, "read")
+        from cryptography.fernet import InvalidToken
+
         try:
             secret = json.loads(cipher.decrypt(record["token"].encode("ascii")))
         except (InvalidToken, KeyError, ValueError):

@@ -24,10 +24,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from noetl.dsl.validate import read_text
-
 
 def _read(file: str) -> str | None:
+    # imported here: this module is loaded to build every command's parser, and the validator
+    # (~90 ms with pydantic) is needed by its commands only
+    from noetl.dsl.validate import read_text
+
     text, problem = read_text(file)
     if problem is not None:
         print(problem, file=sys.stderr)

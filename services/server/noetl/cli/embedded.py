@@ -18,16 +18,15 @@ import signal
 import sys
 import threading
 import uuid
-import webbrowser
 from pathlib import Path
 from typing import Any
 
+from noetl.cli import heap
 from noetl.cli.pools import PoolWatch, playbook_pools
 from noetl.events.bus import connect
 from noetl.events.connection import check_server
 from noetl.events.nats_port import NatsBus
 from noetl.events.port import Bus
-from noetl.events.streams import ensure_all
 from noetl.host.natsserver import NatsServer
 from noetl.store.catalog import Catalog
 
@@ -159,14 +158,17 @@ async def run_embedded(
     timeout: float | None = None,
     ui: bool = False,
     progress: Any = None,
+    nats: NatsServer | None = None,
 ) -> dict[str, Any]:
-    """``progress``: a ``noetl.cli.progress.Progress`` that draws the execution's events."""
+    """``progress``: a ``noetl.cli.progress.Progress`` that draws the execution's events;
+    ``nats``: a private nats-server already launched (``noetl run`` starts it first, to boot
+    while it imports and validates), else one is started here. Either is stopped here."""
     from noetl.cli.progress import run_with_progress
     from noetl.server.service import Server
     from noetl.store.credentials import CredentialStore, generate_key
     from noetl.worker.service import Worker
 
-    ns = NatsServer().start()
+    ns = nats.ready() if nats is not None else NatsServer().start()
     nc = None
     server = worker = None
     console: list[Any] = []
@@ -176,8 +178,8 @@ async def run_embedded(
         nc = await connect(ns.url, name="noetl-run")
         # a nats-server found on PATH (Debian's is 2.9) would run playbooks whose timers never fire
         await check_server(nc, "run")
-        await ensure_all(nc.jetstream())
         bus = NatsBus(nc)  # the one adapter every part of this run shares
+        await bus.prepare()  # once for all of them: the server and worker find it done
         creds = await CredentialStore.open(bus, generate_key())
         if credentials_file:
             await _put_credentials(creds, credentials_file, _declared_kinds(text, file))
@@ -188,6 +190,7 @@ async def run_embedded(
         worker = Worker(bus, credentials=creds, concurrency=32)
         await server.start()
         await worker.start()
+        heap.release()  # started: what start-up built leaves the collector's view
         pools = _pools(text, file, catalog_dir)
         watch = await _start_pool_workers(bus, creds, worker.pool, pools, pool_workers)
         request = await _request(catalog, text, file, payload)
@@ -263,6 +266,8 @@ async def _run_with_console(
     # the token is this run's own, made a moment ago: printing it is how the person gets in
     print(f"noetl: console at {link}", file=sys.stderr)
     if _has_display():
+        import webbrowser  # here: only --ui opens a browser, and the module costs every run ~2 ms
+
         threading.Thread(target=webbrowser.open, args=(link,), daemon=True).start()
     out = await run_with_progress(bus, request, timeout, progress)
     print(

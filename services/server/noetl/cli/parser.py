@@ -17,6 +17,33 @@ def _default(name: str) -> Any:
         return None
 
 
+# an epilog that stands for the settings' table, written out only when help is shown
+SETTINGS_HELP = "<the settings, NOETL_*>"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Writes the settings' table into ``--help`` only when help is shown: the table comes from
+    the settings model, whose import (pydantic) every command would otherwise pay on start-up."""
+
+    def format_help(self) -> str:
+        if self.epilog == SETTINGS_HELP:
+            from noetl.events.settings_docs import help_text
+
+            self.epilog = help_text()
+        return super().format_help()
+
+
+class _Version(argparse._VersionAction):
+    """``--version``, asking the installed distribution's metadata only when given: reading it
+    (``importlib.metadata``) cost every command ~10 ms of its start-up."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        from noetl.cli.main import version
+
+        self.version = f"noetl {version()}"
+        super().__call__(parser, *args, **kwargs)
+
+
 def _add_replicas(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--replicas",
@@ -31,18 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
     """Every command's options: this module's commands in groups (a function each, in the order
     `noetl --help` lists them), then the command modules' own."""
     # the commands live in main (the start-up) and the command modules, which import this one
-    from noetl.cli.main import version
     from noetl.events.settings import CONFIG_ENV, setting
-    from noetl.events.settings_docs import help_text
 
-    ap = argparse.ArgumentParser(
+    ap: argparse.ArgumentParser = _Parser(
         prog="noetl",
         description="NoETL playbooks on NATS JetStream",
-        epilog=help_text(),
+        epilog=SETTINGS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
-    ap.add_argument("--version", action="version", version=f"noetl {version()}")
+    ap.add_argument("--version", action=_Version)
     ap.add_argument(
         "--config",
         metavar="FILE",
@@ -105,10 +130,8 @@ def _add_local(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _add_server(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_url: str) -> None:
     from noetl.cli.main import cmd_server
-    from noetl.events.settings_docs import help_text
-
     raw = argparse.RawDescriptionHelpFormatter
-    p = sub.add_parser("server", help="run the control plane", epilog=help_text(), formatter_class=raw)
+    p = sub.add_parser("server", help="run the control plane", epilog=SETTINGS_HELP, formatter_class=raw)
     p.add_argument("--nats-url", default=nats_url, help="NATS URL, or a comma-separated list of a cluster's")
     p.add_argument(
         "--partitions",
@@ -140,10 +163,8 @@ def _add_server(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_u
 
 def _add_worker(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_url: str) -> None:
     from noetl.cli.main import cmd_worker
-    from noetl.events.settings_docs import help_text
-
     raw = argparse.RawDescriptionHelpFormatter
-    p = sub.add_parser("worker", help="run a worker for a pool", epilog=help_text(), formatter_class=raw)
+    p = sub.add_parser("worker", help="run a worker for a pool", epilog=SETTINGS_HELP, formatter_class=raw)
     p.add_argument("--nats-url", default=nats_url, help="NATS URL, or a comma-separated list of a cluster's")
     _add_replicas(p)
     p.add_argument(
