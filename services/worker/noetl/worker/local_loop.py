@@ -8,6 +8,7 @@ redelivered loop command skips the iterations whose terminal event is stored.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from typing import Any
 
@@ -30,11 +31,16 @@ from noetl.worker.lifecycle import RunContext
 LOCAL_CONFIRM_EVERY = 16
 
 
+# how long an ended iteration waits for others to end and share its batch
+SETTLE_WAIT_S = 0.002
+
+
 class _Settling:
     """When the iterations' events go out: an iteration that ended waits for its batch, and the
     batch goes as soon as every running iteration has ended (group commit: a sequential loop
-    sends one message per iteration, 64 noop iterations at once one for all), or when the
-    outbox's age limit passes because some iteration still runs."""
+    sends one message per iteration, 64 noop iterations at once one for all), or after
+    ``SETTLE_WAIT_S`` when some still run: iterations that do I/O end apart, and holding their
+    slots longer would slow the loop more than their messages cost."""
 
     def __init__(self, outbox: BatchingOutbox) -> None:
         self.outbox = outbox
@@ -44,9 +50,11 @@ class _Settling:
     async def ended(self) -> None:
         self.waiting += 1
         try:
-            if self.waiting >= self.running:
-                await self.outbox.flush()
-            await self.outbox.flushed()
+            if self.waiting < self.running:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.outbox.flushed(), SETTLE_WAIT_S)
+                    return
+            await self.outbox.flush()  # once it returns, what was collected before it is out
         finally:
             self.waiting -= 1
 
