@@ -53,6 +53,8 @@ class RunState:
     result: Any = None
     error: dict[str, Any] | None = None
     loop: LoopState | None = None
+    # loop.in evaluated to a result reference: the run waits for loop.items.read (SEMANTICS §11)
+    items_ref: dict[str, Any] | None = None
     # a waiting or held run starts later: the event whose arc brought its token (loop.in sees it)
     trigger: EventView | None = None
     timers: list[str] = field(default_factory=list)  # ids of its armed timers (SEMANTICS §16)
