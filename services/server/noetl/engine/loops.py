@@ -97,7 +97,8 @@ def _begin(
     if (oversize := too_large(state, run)) is not None:
         routing.server_step_failed(state, run, oversize, em)
         return
-    run.loop = LoopState(items=items, results=[None] * len(items), finished=[False] * len(items))
+    n = len(items)
+    run.loop = LoopState(items=items, total=n, results=[None] * n, finished=bytearray(n))
     em.event(
         "loop.started",
         "loop",
@@ -128,6 +129,7 @@ def _dispatch(state: ExecutionState, step: Step, run: RunState, em: Emitter) -> 
         loop.next_index += 1
         loop.in_flight += 1
         iter_: dict[str, Any] = {spec.iterator: loop.items[i], "index": i}
+        loop.items[i] = None  # sent: only a rebuild needs it again, and a rebuild reads it anew
         if state.parent_iter is not None:  # a child of a loop iteration sees it as iter.parent (§19)
             iter_["parent"] = state.parent_iter
         em.command(run, index=i, iter_=iter_)
@@ -145,6 +147,7 @@ def _dispatch_local(state: ExecutionState, spec: Loop, run: RunState, em: Emitte
     key = f"{state.execution_id}/{run.run_id}/loop.items"
     # items read from a reference go to the worker as that reference: no second copy is stored
     items = run.items_ref or by_reference(state, loop.items, key, em.out, limit=LOCAL_ITEMS_INLINE)
+    loop.items = []  # all sent
     local: dict[str, Any] = {
         "items": items,
         "iterator": spec.iterator,
@@ -168,7 +171,7 @@ def on_local_stopped(state: ExecutionState, run: RunState, event: Event, em: Emi
         if isinstance(i, int) and 0 <= i < loop.total and not loop.finished[i]
     ]
     for i in never:
-        loop.finished[i] = True
+        loop.finished[i] = 1
     loop.in_flight -= len(never)
     loop.next_index -= len(never)  # never started: the loop ends as one stopped early would
     loop.stopped = True
@@ -188,7 +191,7 @@ def on_iteration(state: ExecutionState, run: RunState, event: Event, em: Emitter
     i = p.get("index")
     if not isinstance(i, int) or not 0 <= i < loop.total or loop.finished[i]:
         return
-    loop.finished[i] = True
+    loop.finished[i] = 1
     loop.in_flight -= 1
     step = state.playbook.step(run.step)
     ok, error = event["name"] == "loop.iteration.done", p.get("error")
