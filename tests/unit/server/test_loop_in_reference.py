@@ -65,3 +65,17 @@ async def test_a_referenced_non_list_fails_with_loop_in_not_list(bus: Any, servi
     err = out["error"]
     assert err["kind"] == "loop_in_not_list", err
     assert "'each'" in err["message"] and "dict, not a list" in err["message"], err["message"]
+
+
+async def test_a_reference_too_large_to_hold_is_refused_without_reading_it() -> None:
+    """The server holds the items in memory: past ``MAX_LOOP_ITEMS_BYTES`` the engine gets the
+    reason instead (and fails the step with it), not the object."""
+    from noetl.events.memory import MemoryBus
+    from noetl.store.catalog import MAX_LOOP_ITEMS_BYTES, Catalog
+
+    bus = MemoryBus()
+    ref = {"store": "nats.object", "key": "e/r/result", "size": MAX_LOOP_ITEMS_BYTES + 1, "checksum": "x"}
+    ev: Any = {"name": "loop.items.read", "payload": {"ref": ref}}
+    out = await (await Catalog.open(bus)).with_playbook_text(ev)
+    assert "items" not in out["payload"] and "page the input" in out["payload"]["read_error"]
+    await bus.close()

@@ -30,6 +30,10 @@ from noetl.store.principals import Principal, namespace_of
 MAX_MESSAGE_BYTES = 1_000_000
 
 
+# the largest object loop.in may reference: its items are held in the server's memory
+MAX_LOOP_ITEMS_BYTES = 256 << 20
+
+
 class Catalog:
     """On the bus port (``noetl.events.port``): the same catalog over NATS or in memory."""
 
@@ -158,6 +162,13 @@ class Catalog:
         payload = event.get("payload") or {}
         if "items" in payload or not is_reference(payload.get("ref")):
             return event
+        size = payload["ref"].get("size")
+        if isinstance(size, int) and size > MAX_LOOP_ITEMS_BYTES:
+            why = (
+                f"it is {size} bytes and a loop reads at most {MAX_LOOP_ITEMS_BYTES} "
+                "(the server holds the items in memory): page the input over several loops"
+            )
+            return {**event, "payload": {**payload, "read_error": why}}
         try:
             items = await resolve(self.bus, payload["ref"])
         except (LookupError, ValueError) as e:
