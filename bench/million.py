@@ -9,8 +9,8 @@ placement runs once per run on fresh processes (peak RSS is the process's own hi
 the elements; the list itself and the loop's results are in the results object store, not
 counted; the iteration snapshots (``noetl_iter``) are counted apart, since the server purges them
 when the loop ends. One noop task per iteration, ``max_in_flight`` 64. Not part of a default run
-(about 10 minutes for both placements at today's rates): ask for it with ``--scenario million``;
-``--quick`` runs 20 000 elements.
+(about 10 minutes for both placements at today's rates, per round): ask for it with
+``--scenario million --runs 1``; ``--quick`` runs 20 000 elements.
 """
 
 from __future__ import annotations
