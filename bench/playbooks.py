@@ -95,3 +95,41 @@ def one_step() -> str:
             "workflow": [{"step": "start", "tool": [{"name": "t", "kind": "noop", "result": "ok"}]}],
         }
     )
+
+
+def referenced_loop(iterations: int, *, exec_: str, max_in_flight: int = 64) -> str:
+    """A loop of ``iterations`` one-noop iterations over a list a first step returns: the list is
+    over the payload limit, so it travels by reference and the server reads it for ``loop.in``
+    (no template could build a million elements: ``noetl.dsl.template_limits``). The limits on
+    loop size and event bytes are raised to fit, as a playbook that means it would."""
+    make = {"name": "make", "kind": "python", "args": {"n": "{{ workload.n }}"}}
+    make["code"] = "def main(n):\n    return list(range(n))\n"
+    return _dump(
+        {
+            "metadata": {"name": f"million-{exec_}", "path": f"bench/million_{exec_}"},
+            "executor": {
+                "spec": {"policy": {"limits": {"max_loop_items": iterations, "max_event_bytes": 16 << 30}}}
+            },
+            "workload": {"n": iterations},
+            "workflow": [
+                {
+                    "step": "start",
+                    "tool": [make],
+                    "next": {"arcs": [{"step": "each"}]},
+                },
+                {
+                    "step": "each",
+                    "loop": {
+                        "in": "{{ event.result }}",
+                        "iterator": "item",
+                        "spec": {
+                            "mode": "parallel",
+                            "max_in_flight": max_in_flight,
+                            "policy": {"exec": exec_},
+                        },
+                    },
+                    "tool": [{"name": "a", "kind": "noop", "result": "{{ iter.item }}"}],
+                },
+            ],
+        }
+    )

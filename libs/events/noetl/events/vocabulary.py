@@ -26,6 +26,7 @@ EventName = Literal[
     "step.skipped",
     "step.waiting",
     "loop.started",
+    "loop.items.read",
     "loop.done",
     "next.evaluated",
     "execution.cancel.requested",
@@ -68,6 +69,7 @@ STEP_DONE: Final = "step.done"
 STEP_FAILED: Final = "step.failed"
 STEP_CANCELLED: Final = "step.cancelled"
 LOOP_STARTED: Final = "loop.started"
+LOOP_ITEMS_READ: Final = "loop.items.read"
 LOOP_DONE: Final = "loop.done"
 ITERATION_STARTED: Final = "loop.iteration.started"
 ITERATION_DONE: Final = "loop.iteration.done"
@@ -112,6 +114,9 @@ OUTSIDE_INPUTS: Final[tuple[EventName, ...]] = (
     # the server could not store a decision of the execution (JetStream refuses it for good): the
     # execution ends through the engine, so a rebuild from the log knows it ended
     ABORT_REQUESTED,
+    # a loop.in that is a result reference: the engine writes it with its decision and decides it
+    # when it comes back, with the items the adapter read from the object store (SEMANTICS §11)
+    LOOP_ITEMS_READ,
 )
 
 # The events the server decides on. Everything else in the log (step.started, task.*, and the

@@ -20,12 +20,18 @@ from noetl.dsl.errors import CatalogConflictError, ForbiddenError
 from noetl.events import subjects as s
 from noetl.events.clock import utc_now
 from noetl.events.envelope import Event
+from noetl.events.objects import resolve
 from noetl.events.port import Bus, KeyExistsError, KeyValue, ObjectStore
+from noetl.events.refs import is_reference
 from noetl.store.principals import Principal, namespace_of
 
 # The body of one JetStream message (a KV value, an event), leaving room in NATS's 1 MiB limit
 # for the subject and headers.
 MAX_MESSAGE_BYTES = 1_000_000
+
+
+# the largest object loop.in may reference: its items are held in the server's memory
+MAX_LOOP_ITEMS_BYTES = 256 << 20
 
 
 class Catalog:
@@ -127,12 +133,17 @@ class Catalog:
         return None if data is None else data.decode()
 
     async def with_playbook_text(self, event: Event) -> Event:
-        """A ``playbook.execution.requested`` event as the engine reads it: with its playbook's text.
+        """An input as the engine reads it: a ``playbook.execution.requested`` event with its
+        playbook's text, a ``loop.items.read`` with the value of its reference (``items``).
 
-        The event carries the text itself unless that would not fit in one message; then it
+        The request carries the text itself unless that would not fit in one message; then it
         names the text by ``digest`` only, and the catalog, content-addressed and written before
-        the event, gives it back. Every other event is returned as it is.
+        the event, gives it back. A ``loop.items.read`` names a result in the object store, which
+        is written before the event that refers to it and never changes, so a rebuild reads the
+        same items. Every other event is returned as it is.
         """
+        if event.get("name") == "loop.items.read":
+            return await self._with_loop_items(event)
         payload = event.get("payload") or {}
         if event.get("name") != "playbook.execution.requested" or "playbook" in payload:
             return event
@@ -144,6 +155,25 @@ class Catalog:
                 f"(bucket {s.CATALOG_BUCKET}): it was written there before the request was accepted"
             )
         return {**event, "payload": {**payload, "playbook": text}}
+
+    async def _with_loop_items(self, event: Event) -> Event:
+        """An object that is gone or corrupt is the engine's to report (the step fails, naming
+        it); a bus that does not answer raises, so the caller waits it out and reads again."""
+        payload = event.get("payload") or {}
+        if "items" in payload or not is_reference(payload.get("ref")):
+            return event
+        size = payload["ref"].get("size")
+        if isinstance(size, int) and size > MAX_LOOP_ITEMS_BYTES:
+            why = (
+                f"it is {size} bytes and a loop reads at most {MAX_LOOP_ITEMS_BYTES} "
+                "(the server holds the items in memory): page the input over several loops"
+            )
+            return {**event, "payload": {**payload, "read_error": why}}
+        try:
+            items = await resolve(self.bus, payload["ref"])
+        except (LookupError, ValueError) as e:
+            return {**event, "payload": {**payload, "read_error": str(e)}}
+        return {**event, "payload": {**payload, "items": items}}
 
     async def get(self, path: str, version: str | None = None) -> str | None:
         entry = await self.entry(path, version)

@@ -7,7 +7,9 @@ written). Domain failures never raise: they become ``step.failed`` or a failed
 ``workflow.finished``. ``decide`` updates ``state`` in place: the state is the fold accumulator.
 
 Inputs are the events listed in ``subjects.SERVER_INPUT_EVENTS`` written by anyone but the server
-itself, plus ``playbook.execution.requested``; the engine's own outputs are never fed back.
+itself, plus ``playbook.execution.requested``; the engine's own outputs are never fed back, but
+for ``loop.items.read``: the engine writes it to ask for the value of a ``loop.in`` reference and
+decides it when it comes back with that value, attached by the adapter (``Catalog.engine_input``).
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def _decide(state: ExecutionState, event: Event) -> Decision:
         return em.out
     name = event["name"]
     state.folded_inputs += 1
-    state.event_bytes += size(event.get("payload") or {})
+    state.event_bytes += _input_bytes(event)
     if name == "playbook.execution.requested":
         _on_requested(state, event, em)
     elif name in ("step.done", "step.failed"):
@@ -92,6 +94,10 @@ def _decide(state: ExecutionState, event: Event) -> Decision:
         run = state.runs.get(event.get("step_run_id") or "")
         if run is not None and run.loop is not None and run.status == "running":
             loops.on_iteration(state, run, event, em)
+    elif name == "loop.items.read":
+        run = state.runs.get(event.get("step_run_id") or "")
+        if run is not None and run.items_ref is not None and run.loop is None and run.status == "running":
+            loops.on_items_read(state, run, event, em)
     elif name == "loop.local.stopped":
         run = state.runs.get(event.get("step_run_id") or "")
         if run is not None and run.loop is not None and run.status == "running":
@@ -117,6 +123,15 @@ def _decide(state: ExecutionState, event: Event) -> Decision:
     outside.stop_idle(state, em)
     _maybe_finish(state, em)
     return em.out
+
+
+def _input_bytes(event: Event) -> int:
+    """What an input adds to the execution's event bytes: the items the adapter attached to a
+    ``loop.items.read`` are not in the event as stored (they stay in the object store)."""
+    payload = event.get("payload") or {}
+    if event["name"] == "loop.items.read":
+        payload = {k: v for k, v in payload.items() if k not in ("items", "read_error")}
+    return size(payload)
 
 
 def _check_event_bytes(state: ExecutionState, em: Emitter) -> None:

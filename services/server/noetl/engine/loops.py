@@ -21,6 +21,7 @@ from noetl.engine.emitter import Emitter
 from noetl.engine.limits import DEFAULT_MAX_LOOP_ITEMS, by_reference, execution_limit, too_large
 from noetl.engine.state import EventView, ExecutionState, LoopState, RunState
 from noetl.events.envelope import Event
+from noetl.events.refs import is_reference
 
 # the items of an exec: local loop travel in its command up to this size, by reference beyond
 LOCAL_ITEMS_INLINE = 64 * 1024
@@ -37,12 +38,48 @@ def start_loop(
     except NoetlError as e:
         routing.server_step_failed(state, run, e, em)
         return
+    if is_reference(items):
+        # a large result travels by reference (SEMANTICS §11); reading it is I/O, so the engine
+        # asks for it with an input of its own and starts the loop when that comes back with the
+        # value the adapter read: a rebuild reads the same immutable object again
+        run.items_ref = items
+        em.event("loop.items.read", "loop", step.name, "in_progress", {"ref": items}, run)
+        return
+    _begin(state, step, run, items, em)
+
+
+def on_items_read(state: ExecutionState, run: RunState, event: Event, em: Emitter) -> None:
+    """``loop.items.read`` came back: the adapter attached the referenced value (``items``), or
+    why it could not read it (``read_error``)."""
+    step = state.playbook.step(run.step)
+    assert step.loop is not None and run.items_ref is not None
+    p = event.get("payload") or {}
+    key = run.items_ref.get("key")
+    if "items" not in p:
+        why = p.get("read_error") or "the server did not attach it"
+        routing.server_step_failed(
+            state,
+            run,
+            LoopInNotListError(
+                f"loop.in of step {step.name!r} ({step.loop.path}.in) is the result reference {key!r}, "
+                f"which could not be read: {why}; rerun the step that produced it"
+            ),
+            em,
+        )
+        return
+    _begin(state, step, run, p["items"], em, f"the result reference {key!r}, which holds")
+
+
+def _begin(
+    state: ExecutionState, step: Step, run: RunState, items: Any, em: Emitter, what: str = "rendered to"
+) -> None:
+    assert step.loop is not None
     if not isinstance(items, list):
         routing.server_step_failed(
             state,
             run,
             LoopInNotListError(
-                f"loop.in of step {step.name!r} ({step.loop.path}.in) rendered to "
+                f"loop.in of step {step.name!r} ({step.loop.path}.in) {what} "
                 f"{type(items).__name__}, not a list: make the expression return a list"
             ),
             em,
@@ -60,7 +97,8 @@ def start_loop(
     if (oversize := too_large(state, run)) is not None:
         routing.server_step_failed(state, run, oversize, em)
         return
-    run.loop = LoopState(items=items, results=[None] * len(items), finished=[False] * len(items))
+    n = len(items)
+    run.loop = LoopState(items=items, total=n, results=[None] * n, finished=bytearray(n))
     em.event(
         "loop.started",
         "loop",
@@ -91,6 +129,7 @@ def _dispatch(state: ExecutionState, step: Step, run: RunState, em: Emitter) -> 
         loop.next_index += 1
         loop.in_flight += 1
         iter_: dict[str, Any] = {spec.iterator: loop.items[i], "index": i}
+        loop.items[i] = None  # sent: only a rebuild needs it again, and a rebuild reads it anew
         if state.parent_iter is not None:  # a child of a loop iteration sees it as iter.parent (§19)
             iter_["parent"] = state.parent_iter
         em.command(run, index=i, iter_=iter_)
@@ -106,7 +145,9 @@ def _dispatch_local(state: ExecutionState, spec: Loop, run: RunState, em: Emitte
         return
     loop.next_index = loop.in_flight = loop.total
     key = f"{state.execution_id}/{run.run_id}/loop.items"
-    items = by_reference(state, loop.items, key, em.out, limit=LOCAL_ITEMS_INLINE)
+    # items read from a reference go to the worker as that reference: no second copy is stored
+    items = run.items_ref or by_reference(state, loop.items, key, em.out, limit=LOCAL_ITEMS_INLINE)
+    loop.items = []  # all sent
     local: dict[str, Any] = {
         "items": items,
         "iterator": spec.iterator,
@@ -130,7 +171,7 @@ def on_local_stopped(state: ExecutionState, run: RunState, event: Event, em: Emi
         if isinstance(i, int) and 0 <= i < loop.total and not loop.finished[i]
     ]
     for i in never:
-        loop.finished[i] = True
+        loop.finished[i] = 1
     loop.in_flight -= len(never)
     loop.next_index -= len(never)  # never started: the loop ends as one stopped early would
     loop.stopped = True
@@ -150,7 +191,7 @@ def on_iteration(state: ExecutionState, run: RunState, event: Event, em: Emitter
     i = p.get("index")
     if not isinstance(i, int) or not 0 <= i < loop.total or loop.finished[i]:
         return
-    loop.finished[i] = True
+    loop.finished[i] = 1
     loop.in_flight -= 1
     step = state.playbook.step(run.step)
     ok, error = event["name"] == "loop.iteration.done", p.get("error")

@@ -1,8 +1,8 @@
 """What the engine knows about one execution: nothing the event log cannot give back.
 
 ``fold`` rebuilds this from the log; the server keeps it in memory only as a cache. Per loop it
-keeps counters, the element list and one result slot per element (a reference when the result is
-large), never the iterations' events.
+keeps counters, the elements not yet dispatched and one result slot per element (a reference when
+the result is large), never the iterations' events.
 """
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ class EventView(TypedDict):
 
 @dataclass
 class LoopState:
+    # the elements not yet dispatched: an element is dropped once its iteration is sent (a
+    # million-element loop would otherwise hold every element and every result at once)
     items: list[Any]
+    total: int
     next_index: int = 0
     in_flight: int = 0
     done: int = 0
@@ -34,11 +37,8 @@ class LoopState:
     stopped: bool = False  # fail_fast tripped: no new iterations
     first_error: dict[str, Any] | None = None
     results: list[Any] = field(default_factory=list)
-    finished: list[bool] = field(default_factory=list)  # per index: terminal event folded
-
-    @property
-    def total(self) -> int:
-        return len(self.items)
+    # per index, 1 once its terminal event is folded: a byte each, not a list slot of 8
+    finished: bytearray = field(default_factory=bytearray)
 
 
 @dataclass
@@ -53,6 +53,8 @@ class RunState:
     result: Any = None
     error: dict[str, Any] | None = None
     loop: LoopState | None = None
+    # loop.in evaluated to a result reference: the run waits for loop.items.read (SEMANTICS §11)
+    items_ref: dict[str, Any] | None = None
     # a waiting or held run starts later: the event whose arc brought its token (loop.in sees it)
     trigger: EventView | None = None
     timers: list[str] = field(default_factory=list)  # ids of its armed timers (SEMANTICS §16)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from typing import Any
@@ -231,6 +232,12 @@ class PartitionReading(DecisionStoring):
     async def _add_input(
         self, todo: list[tuple[int, Event, ExecutionState]], partition: int, seq: int, event: Event
     ) -> None:
+        if event["name"] == "loop.items.read":  # the value of a loop.in reference: I/O, so here
+            event = await retrying(
+                functools.partial(self.catalog.with_playbook_text, event),
+                "reading loop items",
+                also=(BusError,),
+            )
         if event.get("execution_id") in self.lanes:
             self.lanes.put(event["execution_id"], seq, event)
             return
