@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from noetl.events import subjects as s
-from noetl.events.batches import BATCHED, BatchingOutbox, decode_events, events_in, pack, unbatch
+from noetl.events.batches import BATCHED, BatchingOutbox, decode_events, events_in, pack, pack_sent, unbatch
 from noetl.events.envelope import Event, dumps, loads, make_event
 
 
@@ -44,6 +44,15 @@ def test_a_batch_gives_back_every_event_whole_and_in_order() -> None:
     assert len(unbatch(stored, frozenset({"task.done"}))) == 6
     assert decode_events(data) == events and events_in(data) == events
     assert msg_id == stored["event_id"]
+
+
+def test_a_few_events_go_as_sent_and_unpack_to_the_same() -> None:
+    events = [_ev(i, name="task.started") for i in range(3)] + [_ev(3, name="step.done")]
+    sent = [(s.event_subject(2, "x1", e["name"]), dumps(e), e["event_id"]) for e in events]
+    subject, data, msg_id = pack_sent(sent, "each")
+    assert subject == s.event_subject(2, "x1", BATCHED)
+    assert unbatch(loads(data)) == events == decode_events(data)
+    assert msg_id == loads(data)["event_id"] == pack(events, 2, "each")[2]  # the same id either way
 
 
 def test_a_batch_id_is_its_events_or_its_terminal_events() -> None:

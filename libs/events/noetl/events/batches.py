@@ -22,7 +22,8 @@ from typing import Any, cast
 
 from noetl.events import subjects as s
 from noetl.events import vocabulary as vocab
-from noetl.events.envelope import Event, check_event, decode_event, dumps, loads
+from noetl.events.clock import utc_now
+from noetl.events.envelope import SCHEMA_VERSION, Event, check_event, decode_event, dumps, loads
 from noetl.events.ids import derive_id
 from noetl.events.port import EventOutbox
 
@@ -30,6 +31,7 @@ BATCHED = vocab.EVENTS_BATCHED
 # the fields an event in a batch shares with the batch, left out of the event when equal
 SHARED = ("execution_id", "source", "step_run_id", "parent_execution_id", "trace_id", "schema_version")
 _TERMINAL = frozenset(vocab.WORKER_TERMINAL_EVENTS)
+COMPACT_FROM = 16  # events in a batch from which their shared fields are left out
 MAX_EVENTS = 256  # 64 one-task iterations
 MAX_BYTES = 256 * 1024  # well under JetStream's 1 MiB; a larger event goes on its own
 MAX_AGE_S = 0.02  # a long task's start shows within this
@@ -114,6 +116,28 @@ def pack(events: list[Event], partition: int, entity_id: str) -> tuple[str, byte
     batch["payload"] = {"events": inner}
     subject = s.event_subject(partition, first["execution_id"], BATCHED)
     return subject, dumps(batch), batch["event_id"]
+
+
+def pack_sent(sent: list[tuple[str, bytes, str]], entity_id: str) -> tuple[str, bytes, str]:
+    """One message for events as they were sent (subject, bytes, id), without decoding them: a
+    run's few events cost their bytes joined, not a decode and an encode (~17 µs for five). They
+    keep every field; only an ``exec: local`` loop's many are slimmed (``pack``)."""
+    partition, execution_id, _ = s.parse_event_subject(sent[0][0])
+    ends = [msg_id for subject, _, msg_id in sent if s.parse_event_subject(subject)[2] in _TERMINAL]
+    envelope = {
+        "event_id": derive_id(BATCHED, *(ends or [msg_id for _, _, msg_id in sent])),
+        "execution_id": execution_id,
+        "timestamp": utc_now(),
+        "source": "worker",  # a batch is a worker's (its events keep their own fields)
+        "name": BATCHED,
+        "entity_type": "step",
+        "entity_id": entity_id,
+        "status": "in_progress",
+        "schema_version": SCHEMA_VERSION,
+    }
+    head = dumps(envelope)[:-1] + b',"payload":{"events":['
+    data = head + b",".join(d for _, d, _ in sent) + b"]}}"
+    return s.event_subject(partition, execution_id, BATCHED), data, str(envelope["event_id"])
 
 
 class BatchingOutbox:
@@ -203,6 +227,9 @@ class BatchingOutbox:
         try:
             if len(raw) == 1:
                 await self._outbox.send(*raw[0], ack=ack)
+            elif len(raw) < COMPACT_FROM:
+                await self._outbox.send(*pack_sent(raw, self._entity_id), ack=ack)
+                self.batches += 1
             else:
                 # decoded from what was sent: the sender's dicts may have changed since
                 events = [cast(Event, loads(data)) for _, data, _ in raw]
