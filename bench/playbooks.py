@@ -6,6 +6,8 @@ Every task is ``noop``: the benchmark measures the engine's own cost per step or
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 HEADER = {"apiVersion": "noetl.io/v2", "kind": "Playbook"}
@@ -63,23 +65,22 @@ def tiny_loop(iterations: int, *, exec_: str, max_in_flight: int = 64) -> str:
         {
             "metadata": {"name": f"tiny-{exec_}", "path": f"bench/tiny_{exec_}"},
             "workload": {"n": iterations},
-            "workflow": [
-                {
-                    "step": "start",
-                    "loop": {
-                        "in": "{{ range(workload.n) | list }}",
-                        "iterator": "item",
-                        "spec": {
-                            "mode": "parallel",
-                            "max_in_flight": max_in_flight,
-                            "policy": {"exec": exec_},
-                        },
-                    },
-                    "tool": [{"name": "a", "kind": "noop", "result": "{{ iter.item }}"}],
-                }
-            ],
+            "workflow": [_noop_loop("start", "{{ range(workload.n) | list }}", exec_, max_in_flight)],
         }
     )
+
+
+def _noop_loop(step: str, items: str, exec_: str, max_in_flight: int) -> dict[str, Any]:
+    """A parallel loop step over ``items`` whose iterations run one noop task each."""
+    return {
+        "step": step,
+        "loop": {
+            "in": items,
+            "iterator": "item",
+            "spec": {"mode": "parallel", "max_in_flight": max_in_flight, "policy": {"exec": exec_}},
+        },
+        "tool": [{"name": "a", "kind": "noop", "result": "{{ iter.item }}"}],
+    }
 
 
 def three_step() -> str:
@@ -117,19 +118,7 @@ def referenced_loop(iterations: int, *, exec_: str, max_in_flight: int = 64) -> 
                     "tool": [make],
                     "next": {"arcs": [{"step": "each"}]},
                 },
-                {
-                    "step": "each",
-                    "loop": {
-                        "in": "{{ event.result }}",
-                        "iterator": "item",
-                        "spec": {
-                            "mode": "parallel",
-                            "max_in_flight": max_in_flight,
-                            "policy": {"exec": exec_},
-                        },
-                    },
-                    "tool": [{"name": "a", "kind": "noop", "result": "{{ iter.item }}"}],
-                },
+                _noop_loop("each", "{{ event.result }}", exec_, max_in_flight),
             ],
         }
     )

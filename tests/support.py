@@ -64,3 +64,17 @@ async def bus(request: Any, nats_server: Any) -> AsyncIterator[Any]:
         yield NatsBus(nc)
     finally:
         await nc.close()
+
+
+def loaded_by(code: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter has imported after running ``code``: start-up
+    cost is guarded by what a command must not import (tests/service/test_run_imports.py)."""
+    import json
+    import subprocess
+    import sys
+
+    probe = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {modules!r} if m in sys.modules]))\n"
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    loaded: list[str] = json.loads(p.stdout.strip().splitlines()[-1])
+    return loaded

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support import loaded_by
+
 # never needed by a noop run: task kinds, the HTTP API, the cron parser, urllib's HTTP client,
 # the settings model (every setting of a noop run is at its default: ``settings.DEFAULTS``), the
 # whole playbook document model (the run's is built for its one kind: ``dsl.document_variants``),
@@ -64,27 +66,12 @@ def test_noop_run_imports_no_heavy_module(tmp_path: Path) -> None:
 def test_private_nats_server_imports_no_settings_model() -> None:
     """The bench's start-up floor starts one with its fsync interval given: the floor is nats-py
     and a nats-server, so nothing of ours may pull pydantic or the playbook validator into it."""
-    code = (
-        "import sys\n"
-        "from noetl.host.natsserver import NatsServer\n"
-        "with NatsServer(sync_interval='') as srv:\n"
-        "    pass\n"
-        "print([m for m in ('pydantic', 'noetl.dsl.validate', 'urllib.request') if m in sys.modules])\n"
-    )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert p.stdout.strip() == "[]"
+    code = "from noetl.host.natsserver import NatsServer\nwith NatsServer(sync_interval='') as srv:\n    pass"
+    assert loaded_by(code, ("pydantic", "noetl.dsl.validate", "urllib.request")) == []
 
 
 def test_building_the_parser_imports_no_validator() -> None:
     """Every command builds the whole parser first; the validator (pydantic, jinja2, yaml) loads
     in the commands that validate, after ``noetl run`` has held the garbage collector off."""
-    code = (
-        "import sys\n"
-        "from noetl.cli.parser import build_parser\n"
-        "build_parser().parse_args(['run', 'x.yaml'])\n"
-        "print([m for m in ('pydantic', 'noetl.dsl.validate', 'jinja2') if m in sys.modules])\n"
-    )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert p.stdout.strip() == "[]"
+    code = "from noetl.cli.parser import build_parser\nbuild_parser().parse_args(['run', 'x.yaml'])"
+    assert loaded_by(code, ("pydantic", "noetl.dsl.validate", "jinja2")) == []
