@@ -1,18 +1,19 @@
-"""Many events in one stored message: an ``exec: local`` loop's iterations (SEMANTICS §21).
+"""Many events in one stored message: a worker's run, or an ``exec: local`` loop's iterations.
 
 Every stored message costs nats-server a write (an fsync each with ``sync_interval: always``) and
 both sides a round of protocol: an iteration that wrote its four events as four messages spent
-more in nats-server than in the whole engine. A ``events.batched`` message carries many
-events in their order; readers never see it, only the events it holds (``unbatch``,
-``decode_events``), so the engine, the projection and every follower read the same per-iteration
-events whatever the placement (docs/nats-contract.md, "Batched events").
+more in nats-server than in the whole engine. An ``events.batched`` message carries many events
+in their order; readers never see it, only the events it holds (``unbatch``, ``decode_events``),
+so the engine, the projection and every follower read the same events whatever the placement
+(docs/nats-contract.md, "Batched events").
 
-An event inside a batch leaves out the fields it shares with the batch's envelope (its execution,
-source, run, parent and trace): about a third of its bytes. ``unbatch`` puts them back.
+A run's few events go in as they were sent (``pack_sent``: their bytes joined); a local loop's
+many leave out the fields they share with the batch's envelope (``pack``: about a third of their
+bytes). ``unbatch`` gives every event back whole either way.
 
-The batch's id (its ``Nats-Msg-Id``) derives from the ids of every event it holds: a batch sent
-again (the outbox's resend after a reconnect) is dropped as a repeat, and a batch of other
-events never is, whatever their order or number.
+The batch's id (its ``Nats-Msg-Id``) derives from the terminal events it holds, or from all of
+its events when it holds none (``batch_id``): a batch sent again is dropped as a repeat, and so
+is a redelivered command's terminal event in a batch of other events.
 """
 
 from __future__ import annotations
@@ -80,21 +81,21 @@ def decode_events(data: bytes | str, names: frozenset[str] | None = None) -> lis
     return [check_event(e) for e in unbatch(event, names)]
 
 
-def batch_id(events: list[Event]) -> str:
-    """A batch's ``Nats-Msg-Id``: its terminal events' ids when it holds any, else all of its
-    events'. A command that runs again after its worker died sends the same terminal, maybe in a
-    batch of other events (a long task's start went out on its own the first time): it must be
-    dropped as a repeat, as a terminal event sent alone is, and whatever else that batch holds is
-    a repeat too (the first one's earlier events were stored before it)."""
-    ends = [e["event_id"] for e in events if e.get("name") in _TERMINAL]
-    return derive_id(BATCHED, *(ends or [e["event_id"] for e in events]))
+def batch_id(named_ids: list[tuple[str, str]]) -> str:
+    """A batch's ``Nats-Msg-Id`` from its events' (name, id): its terminal events' ids when it
+    holds any, else all of its events'. A command that runs again after its worker died sends the
+    same terminal, maybe in a batch of other events (a long task's start went out on its own the
+    first time): it must be dropped as a repeat, as a terminal event sent alone is, and whatever
+    else that batch holds is a repeat too (the first one's earlier events were stored before it)."""
+    ends = [event_id for name, event_id in named_ids if name in _TERMINAL]
+    return derive_id(BATCHED, *(ends or [event_id for _, event_id in named_ids]))
 
 
 def pack(events: list[Event], partition: int, entity_id: str) -> tuple[str, bytes, str]:
     """One message for ``events`` (one execution's, one source's): its subject, bytes and id."""
     first = events[0]
     batch: dict[str, Any] = {
-        "event_id": batch_id(events),
+        "event_id": batch_id([(e["name"], e["event_id"]) for e in events]),
         "execution_id": first["execution_id"],
         "timestamp": events[-1].get("timestamp") or first.get("timestamp"),
         "source": first.get("source"),
@@ -123,9 +124,8 @@ def pack_sent(sent: list[tuple[str, bytes, str]], entity_id: str) -> tuple[str, 
     run's few events cost their bytes joined, not a decode and an encode (~17 µs for five). They
     keep every field; only an ``exec: local`` loop's many are slimmed (``pack``)."""
     partition, execution_id, _ = s.parse_event_subject(sent[0][0])
-    ends = [msg_id for subject, _, msg_id in sent if s.parse_event_subject(subject)[2] in _TERMINAL]
     envelope = {
-        "event_id": derive_id(BATCHED, *(ends or [msg_id for _, _, msg_id in sent])),
+        "event_id": batch_id([(s.parse_event_subject(subject)[2], msg_id) for subject, _, msg_id in sent]),
         "execution_id": execution_id,
         "timestamp": utc_now(),
         "source": "worker",  # a batch is a worker's (its events keep their own fields)
