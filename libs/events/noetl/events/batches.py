@@ -69,7 +69,7 @@ def events_in(data: bytes | str) -> list[dict[str, Any]]:
         event = loads(data)
     except ValueError:
         return []
-    return [dict(e) for e in unbatch(cast(Event, event))] if isinstance(event, dict) else []
+    return cast(list[dict[str, Any]], unbatch(cast(Event, event))) if isinstance(event, dict) else []
 
 
 def decode_events(data: bytes | str, names: frozenset[str] | None = None) -> list[Event]:

@@ -29,6 +29,7 @@ from noetl.dsl.errors import DeploymentError
 from noetl.events import subjects as s
 from noetl.events.port import StreamConfig as PortStreamConfig
 from noetl.events.retry import is_transient, retrying
+from noetl.events.supervise import gather_settled
 
 log = logging.getLogger("noetl.streams")
 T = TypeVar("T")
@@ -236,8 +237,7 @@ async def ensure_all(
 
     async def once() -> None:
         # independent declarations, sent together: one after another they were ~20 round trips
-        # of a `noetl run`'s start-up; every one ends before the first error (in this order) is
-        # raised, so a retry starts from a settled state and sees the error's own type
+        # of a `noetl run`'s start-up
         steps: list[Awaitable[Any]] = [ensure_stream(js, cfg, want) for cfg in stream_configs(want or 1)]
         steps += [
             ensure_kv(js, bucket, history=1, replicas=want)
@@ -245,9 +245,7 @@ async def ensure_all(
         ]
         stores = (s.RESULTS_BUCKET, s.CATALOG_OBJECT_BUCKET)
         steps += [ensure_object_store(js, b, replicas=want) for b in stores]
-        for outcome in await asyncio.gather(*steps, return_exceptions=True):
-            if isinstance(outcome, BaseException):
-                raise outcome
+        await gather_settled(*steps)
 
     # a stream another service has just created may not show on our node for a moment (404)
     await retrying(once, "declaring streams and buckets", deadline=deadline, also=(NotFoundError,))

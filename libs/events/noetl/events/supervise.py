@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from noetl.events.retry import Backoff, describe
 
@@ -63,3 +64,14 @@ def start(
 ) -> asyncio.Task[None]:
     """``supervise`` as a named task."""
     return asyncio.create_task(supervise(name, run, stopping), name=name)
+
+
+async def gather_settled(*steps: Awaitable[Any]) -> list[Any]:
+    """Independent steps run together, each one ended before the first error (in their order) is
+    raised: a caller that retries starts again from a settled state, and sees the error's own
+    type, as it would have running them one after another."""
+    outcomes = await asyncio.gather(*steps, return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return outcomes

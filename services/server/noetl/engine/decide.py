@@ -9,7 +9,7 @@ written). Domain failures never raise: they become ``step.failed`` or a failed
 Inputs are the events listed in ``subjects.SERVER_INPUT_EVENTS`` written by anyone but the server
 itself, plus ``playbook.execution.requested``; the engine's own outputs are never fed back, but
 for ``loop.items.read``: the engine writes it to ask for the value of a ``loop.in`` reference and
-decides it when it comes back with that value, attached by the adapter (``Catalog.engine_input``).
+decides it when it comes back with that value, attached by the adapter (``Catalog.with_playbook_text``).
 """
 
 from __future__ import annotations

@@ -97,20 +97,12 @@ class Worker:
 
             self.credentials = await retrying(lambda: CredentialStore.open(bus, None), "opening credentials")
         # independent, so opened together (the audit stream's creation alone is ~9 ms of a
-        # `noetl run`); each ends before the first error, in this order, is raised
-        catalog, audit, iter_kv = await asyncio.gather(
+        # `noetl run`)
+        self.catalog, _, self.iter_kv = await supervise.gather_settled(
             retrying(lambda: Catalog.open(bus), "opening the catalog"),
             retrying(lambda: ensure_audit_stream(bus, self.replicas), "audit stream"),
             retrying(lambda: bus.kv(s.ITER_BUCKET), "opening noetl_iter"),
-            return_exceptions=True,
         )
-        if isinstance(catalog, BaseException):
-            raise catalog
-        if isinstance(audit, BaseException):
-            raise audit
-        if isinstance(iter_kv, BaseException):
-            raise iter_kv
-        self.catalog, self.iter_kv = catalog, iter_kv
         self.services["catalog"] = self.catalog
         self.runs = RunContext(
             bus=bus,
