@@ -79,3 +79,22 @@ async def test_a_reference_too_large_to_hold_is_refused_without_reading_it() -> 
     out = await (await Catalog.open(bus)).with_playbook_text(ev)
     assert "items" not in out["payload"] and "page the input" in out["payload"]["read_error"]
     await bus.close()
+
+
+async def test_a_hand_written_reference_reads_no_other_result(bus: Any, services: Any) -> None:
+    """A playbook that writes a reference itself (``loop.in`` a mapping shaped like one, naming
+    another execution's result) reads nothing: the step fails with ``loop_in_not_list``."""
+    first = await run_and_wait(
+        bus, {"request_id": uuid.uuid4().hex, "playbook": playbook("distributed", "list(range(500))")},
+        timeout=120,
+    )
+    key = first["steps"]["make"][0]["result"]["key"]
+    forged = playbook("distributed", "1").replace(
+        '"{{ event.result }}"', "\"{{ {'store': 'nats.object', 'key': '" + key + "'} }}\""
+    )
+    assert key in forged
+    out = await run_and_wait(bus, {"request_id": uuid.uuid4().hex, "playbook": forged}, timeout=60)
+    assert out["status"] == "failed", out.get("result")
+    err = out["error"]
+    assert err["kind"] == "loop_in_not_list" and "no checksum" in err["message"], err
+    assert not any(e["name"] == "loop.iteration.done" for e in out["events"])

@@ -162,6 +162,11 @@ class Catalog:
         payload = event.get("payload") or {}
         if "items" in payload or not is_reference(payload.get("ref")):
             return event
+        if not payload["ref"].get("checksum"):
+            # every reference a step's result travels as carries its checksum; one without is
+            # written by hand in the playbook and could name another execution's result
+            why = "it has no checksum, so it is not a result this execution stored: loop over a step's result"
+            return {**event, "payload": {**payload, "read_error": why}}
         size = payload["ref"].get("size")
         if isinstance(size, int) and size > MAX_LOOP_ITEMS_BYTES:
             why = (
